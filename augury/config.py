@@ -1,0 +1,178 @@
+"""Typed, validated configuration. Every knob the engine reads lives here.
+
+`ModelConfig` is the normalized architecture description built from an HF
+`config.json` dict (or from GGUF metadata mapped to the same dict); models
+read only this, never the raw dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    theta: float = 10000.0
+    # "default" | "linear" | "llama3" | "dynamic" (treated as default at <= original ctx)
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    # gemma3: rope for sliding layers (rope_local_base_freq)
+    rope_local: RopeConfig | None = None
+    max_position_embeddings: int = 8192
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    qk_norm: bool = False
+    # per layer: "full_attention" | "sliding_attention"
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    query_pre_attn_scalar: float | None = None
+    final_logit_softcapping: float | None = None
+    attn_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+
+    @property
+    def attn_scale(self) -> float:
+        if self.query_pre_attn_scalar is not None:
+            return float(self.query_pre_attn_scalar) ** -0.5
+        return self.head_dim ** -0.5
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        d = dict(d)
+        if "text_config" in d and d.get("model_type") in ("gemma3",):
+            d = {**d["text_config"], "model_type": "gemma3_text"}
+        mt = d.get("model_type")
+        if mt == "gemma3":
+            mt = "gemma3_text"
+        if mt not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"unsupported architecture {mt!r}; supported model types: "
+                + ", ".join(SUPPORTED_MODEL_TYPES)
+            )
+        nh = int(d["num_attention_heads"])
+        hs = int(d["hidden_size"])
+        nl = int(d["num_hidden_layers"])
+        head_dim = d.get("head_dim") or hs // nh
+        eos = d.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+
+        rope, rope_local = _parse_rope(d, mt)
+        layer_types: tuple[str, ...] = ()
+        sliding = d.get("sliding_window")
+        if mt == "gemma3_text":
+            lt = d.get("layer_types")
+            if not lt:
+                pattern = int(d.get("sliding_window_pattern", d.get("_sliding_window_pattern", 6)))
+                lt = [
+                    "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                    for i in range(nl)
+                ]
+            layer_types = tuple(lt)
+        elif sliding and d.get("use_sliding_window", mt == "mistral"):
+            layer_types = tuple(d.get("layer_types") or ["sliding_attention"] * nl)
+        else:
+            sliding = None
+        if layer_types and "sliding_attention" not in layer_types:
+            sliding = None
+
+        act = d.get("hidden_activation") or d.get("hidden_act") or "silu"
+        if mt == "gemma3_text" and act == "gelu":
+            act = "gelu_pytorch_tanh"
+        cfg = cls(
+            model_type="llama" if mt == "mistral" else mt,
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=hs,
+            intermediate_size=int(d["intermediate_size"]),
+            num_layers=nl,
+            num_heads=nh,
+            num_kv_heads=int(d.get("num_key_value_heads") or nh),
+            head_dim=int(head_dim),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rope=rope,
+            rope_local=rope_local,
+            max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", mt == "gemma3_text")),
+            attention_bias=bool(d.get("attention_bias", mt == "qwen2")),
+            mlp_bias=bool(d.get("mlp_bias", False)),
+            hidden_act=act,
+            qk_norm=mt in ("qwen3", "gemma3_text"),
+            layer_types=layer_types,
+            sliding_window=int(sliding) if sliding else None,
+            query_pre_attn_scalar=d.get("query_pre_attn_scalar") if mt == "gemma3_text" else None,
+            final_logit_softcapping=d.get("final_logit_softcapping"),
+            attn_logit_softcapping=d.get("attn_logit_softcapping"),
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            pad_token_id=d.get("pad_token_id"),
+        )
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ConfigError("layer_types must list one entry per layer")
+
+
+def _rope_from(params: dict[str, Any] | None, theta_default: float) -> RopeConfig:
+    params = params or {}
+    rt = params.get("rope_type") or params.get("type") or "default"
+    return RopeConfig(
+        theta=float(params.get("rope_theta", theta_default)),
+        rope_type=str(rt),
+        factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+    )
+
+
+def _parse_rope(d: dict[str, Any], mt: str) -> tuple[RopeConfig, RopeConfig | None]:
+    """Both transformers 4.x (`rope_theta` + `rope_scaling`) and 5.x (`rope_parameters`)."""
+    rp = d.get("rope_parameters")
+    theta = float(d.get("rope_theta", 10000.0 if mt != "gemma3_text" else 1_000_000.0))
+    if isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
+        full = _rope_from(rp.get("full_attention"), theta)
+        local = _rope_from(rp.get("sliding_attention"), float(d.get("rope_local_base_freq", 10000.0)))
+        return full, local if mt == "gemma3_text" else None
+    if isinstance(rp, dict):
+        rope = _rope_from(rp, theta)
+    else:
+        rope = _rope_from(d.get("rope_scaling"), theta)
+        rope = RopeConfig(**{**rope.__dict__, "theta": theta})
+    local = None
+    if mt == "gemma3_text":
+        local = RopeConfig(theta=float(d.get("rope_local_base_freq", 10000.0)))
+    return rope, local
