@@ -176,3 +176,37 @@ def _parse_rope(d: dict[str, Any], mt: str) -> tuple[RopeConfig, RopeConfig | No
     if mt == "gemma3_text":
         local = RopeConfig(theta=float(d.get("rope_local_base_freq", 10000.0)))
     return rope, local
+
+
+@dataclass
+class EngineConfig:
+    """What `augury generate|serve` and `Engine.from_model` take."""
+
+    model: str = "smollm2"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    weights: str = "native"  # native | int8 | int4
+    kv_budget: str | None = None  # bytes ("2GiB") or a fraction of free memory ("0.3")
+    block_size: int = 16
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None  # default: the model's context window
+    max_queue: int = 256
+    enable_prefix_caching: bool = True
+    threads: int | None = None  # torch intra-op threads on CPU
+    seed: int | None = None  # base seed for requests without one
+    progress: bool = True
+
+    def validate(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"--dtype {self.dtype!r}: choose float32, bfloat16 or float16")
+        if self.weights not in ("native", "int8", "int4"):
+            raise ConfigError(f"--weights {self.weights!r}: choose native, int8 or int4")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ConfigError("--block-size must be a power of two")
+        if self.max_num_seqs < 1:
+            raise ConfigError("--max-batch must be >= 1")
+        if self.max_num_batched_tokens < 16:
+            raise ConfigError("--max-batched-tokens must be >= 16")
+        if self.max_queue < 1:
+            raise ConfigError("--max-queue must be >= 1")

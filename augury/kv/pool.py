@@ -1,0 +1,98 @@
+"""The KV pool tensors: one flat slot array per layer, grouped like the block manager.
+
+Slot s of a layer stores the K (and V) of one token: slot = block_id * block_size
++ offset. Layers of a group share block ids (one table per group per request).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from augury.config import ModelConfig
+from augury.kv.block_manager import KVGroup
+
+_UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_bytes(text: str) -> int:
+    """'2GiB', '512MB', '1.5g', '123456' → bytes."""
+    s = text.strip().lower().replace("ib", "").replace("b", "")
+    if s and s[-1] in _UNITS:
+        return int(float(s[:-1]) * _UNITS[s[-1]])
+    return int(float(s))
+
+
+def available_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 * 1024**3
+
+
+def bytes_per_token_per_layer(cfg: ModelConfig, dtype: torch.dtype) -> int:
+    return 2 * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_size: int,
+                max_num_seqs: int, max_batched_tokens: int) -> list[KVGroup]:
+    """Split a byte budget into per-group block counts.
+
+    The sliding group needs at most window + one prefill chunk per running request,
+    so it gets just that; everything else goes to the full-attention group.
+    """
+    per_tok = bytes_per_token_per_layer(cfg, dtype)
+    n_sliding = sum(1 for i in range(cfg.num_layers) if cfg.is_sliding(i))
+    n_full = cfg.num_layers - n_sliding
+    groups: list[KVGroup] = []
+    sliding_bytes = 0
+    if n_sliding:
+        w = cfg.sliding_window or 0
+        per_seq = -(-(w + max_batched_tokens) // block_size) + 2
+        n_blocks = max_num_seqs * per_seq
+        sliding_bytes = n_blocks * block_size * per_tok * n_sliding
+        if n_full == 0:
+            n_blocks = max(n_blocks, budget_bytes // (block_size * per_tok * n_sliding))
+        groups.append(KVGroup("sliding", n_blocks, w))
+    if n_full:
+        left = budget_bytes - sliding_bytes
+        n_blocks = left // (block_size * per_tok * n_full)
+        if n_blocks < 2:
+            raise ValueError(
+                f"KV budget of {budget_bytes} bytes is too small for this model; raise --kv-budget"
+            )
+        groups.insert(0, KVGroup("full", int(n_blocks), None))
+    return groups
+
+
+@dataclass
+class KVPool:
+    k: list[torch.Tensor]  # per layer [num_slots, Hkv, D]
+    v: list[torch.Tensor]
+    group_of_layer: list[str]
+    block_size: int
+
+    @classmethod
+    def allocate(cls, cfg: ModelConfig, groups: list[KVGroup], block_size: int,
+                 dtype: torch.dtype, device: torch.device) -> "KVPool":
+        by_name = {g.name: g for g in groups}
+        ks, vs, names = [], [], []
+        for i in range(cfg.num_layers):
+            name = "sliding" if cfg.is_sliding(i) else "full"
+            slots = by_name[name].num_blocks * block_size
+            shape = (slots, cfg.num_kv_heads, cfg.head_dim)
+            ks.append(torch.zeros(shape, dtype=dtype, device=device))
+            vs.append(torch.zeros(shape, dtype=dtype, device=device))
+            names.append(name)
+        return cls(ks, vs, names, block_size)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
