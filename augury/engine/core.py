@@ -1,0 +1,193 @@
+"""EngineCore: one engine step = schedule → execute → sample → update.
+
+Runs on the engine thread only. It owns the scheduler, block manager, KV
+pool and runner; requests reach it as `Request` objects and leave as
+`RequestOutput` deltas pushed into each request's sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from augury.engine.model_runner import ModelRunner
+from augury.engine.request import Request, RequestStatus
+from augury.engine.sampler import SamplingRow, sample
+from augury.engine.scheduler import Scheduler, SchedulerOutput
+from augury.engine.types import RequestOutput, TokenLogprob
+from augury.kv.block_manager import BlockManager
+
+log = logging.getLogger("augury")
+
+
+@dataclass
+class EngineCounters:
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    steps: int = 0
+    preemptions: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class EngineCore:
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, blocks: BlockManager,
+                 eos_token_ids: list[int], max_model_len: int, vocab_size: int):
+        self.scheduler = scheduler
+        self.runner = runner
+        self.blocks = blocks
+        self.eos = set(eos_token_ids)
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        self.requests: dict[str, Request] = {}
+        self.counters = EngineCounters()
+
+    # ---- request lifecycle -----------------------------------------------
+    def add(self, req: Request) -> None:
+        self.requests[req.request_id] = req
+        self.scheduler.add(req)
+
+    def abort(self, request_id: str) -> None:
+        req = self.requests.get(request_id)
+        if req is None or req.finished:
+            return
+        req.aborted = True
+        self.counters.requests_aborted += 1
+        self._finish(req, "abort")
+
+    def fail_all(self, message: str) -> None:
+        for req in list(self.requests.values()):
+            req.error = message
+            self._finish(req, "error")
+
+    def _finish(self, req: Request, reason: str, text: str = "", ids: list[int] | None = None,
+                lps: list[TokenLogprob] | None = None, flush: bool = True) -> None:
+        """End a request: free its blocks, release held-back text, push the final delta."""
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason  # type: ignore[assignment]
+        self.scheduler.remove(req)
+        self.requests.pop(req.request_id, None)
+        if flush and req.detok is not None:
+            text += req.detok.flush()
+        self.counters.requests_finished += 1
+        self._emit(req, text, ids or [], lps or [], finished=True)
+
+    def _emit(self, req: Request, text: str, ids: list[int], lps: list[TokenLogprob],
+              finished: bool = False) -> None:
+        if req.sink is None:
+            return
+        now = time.monotonic()
+        out = RequestOutput(
+            request_id=req.request_id, text=text, token_ids=ids,
+            logprobs=lps if req.params.logprobs else None,
+            finished=finished, finish_reason=req.finish_reason if finished else None,
+            prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids),
+            cached_tokens=req.num_cached, error=req.error,
+        )
+        if finished:
+            first = req.first_token_time
+            out.ttft_s = (first - req.arrival) if first else None
+            out.prefill_s = (first - req.admit_time) if (first and req.admit_time) else None
+            out.decode_s = (now - first) if first else None
+        req.sink.push(out)
+
+    # ---- the step ------------------------------------------------------------
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> None:
+        sched = self.scheduler.schedule()
+        self.counters.preemptions += len(sched.preempted)
+        if not sched.seqs:
+            return
+        now = time.monotonic()
+        for s in sched.seqs:
+            if s.request.admit_time is None:
+                s.request.admit_time = now
+            if s.request.num_computed < len(s.request.prompt_ids):
+                self.counters.prompt_tokens_total += s.num_new
+        step = self.runner.execute(sched)
+        self.counters.steps += 1
+        tokens, lps = self._sample(sched, step.logits, step.row_start)
+        for i, s in enumerate(sched.seqs):
+            req = s.request
+            req.num_computed += s.num_new
+            req.draft_ids = []
+            if s.sample:
+                self._append(req, tokens[i], lps[i] if lps is not None else None)
+            if not req.finished:
+                self.scheduler.commit(req)
+
+    def _sample(self, sched: SchedulerOutput, logits: torch.Tensor, row_start: list[int]):
+        rows: list[SamplingRow] = []
+        owners: list[int] = []
+        for i, s in enumerate(sched.seqs):
+            if not s.sample:
+                continue
+            req = s.request
+            mask = None
+            if req.matcher is not None:
+                mask = req.matcher.fill_mask()
+                if mask.shape[0] < logits.shape[1]:
+                    mask = torch.nn.functional.pad(mask, (0, logits.shape[1] - mask.shape[0]), value=False)
+            rows.append(SamplingRow(params=req.params, prompt_ids=req.prompt_ids, output_ids=req.output_ids,
+                                    generator=req.generator, allowed_mask=mask))
+            owners.append(i)
+        tokens: list[int | None] = [None] * len(sched.seqs)
+        lps: list[TokenLogprob | None] | None = None
+        if not rows:
+            return tokens, lps
+        # rows of logits for the sampled requests: the first row of each verify window
+        first_rows = torch.tensor([row_start[i] for i in owners], dtype=torch.long)
+        sel = logits if len(owners) == logits.shape[0] else logits.index_select(0, first_rows.to(logits.device))
+        out = sample(sel, rows)
+        ids = out.token_ids.tolist()
+        if out.logprobs is not None:
+            lps = [None] * len(sched.seqs)
+            lp = out.logprobs.tolist()
+            top_ids = out.top_ids.tolist() if out.top_ids is not None else None
+            top_lp = out.top_logprobs.tolist() if out.top_logprobs is not None else None
+        for j, i in enumerate(owners):
+            tokens[i] = ids[j]
+            if lps is not None:
+                k = sched.seqs[i].request.params.top_logprobs
+                top = list(zip(top_ids[j][:k], top_lp[j][:k])) if (top_ids is not None and k) else []
+                lps[i] = TokenLogprob(ids[j], lp[j], top)
+        return tokens, lps
+
+    def _append(self, req: Request, token: int, lp: TokenLogprob | None) -> None:
+        """Emit one token through the stop / EOS / detokenizer path."""
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        req.output_ids.append(token)
+        self.counters.generation_tokens_total += 1
+        p = req.params
+        lps = [lp] if lp is not None else []
+        if req.logprobs is not None and lp is not None:
+            req.logprobs.append(lp)
+        reason = None
+        text = ""
+        stopped_by_string = False
+        if (token in self.eos and not p.ignore_eos) or token in p.stop_token_ids:
+            reason = "stop"  # EOS / stop ids are never emitted as text
+        else:
+            if req.detok is not None:
+                text, stopped_by_string = req.detok.add(token)
+                if stopped_by_string:
+                    reason = "stop"
+            if req.matcher is not None:
+                req.matcher.accept(token)
+                if reason is None and req.matcher.is_terminated():
+                    reason = "stop"
+        if reason is None and len(req.output_ids) >= p.max_tokens:
+            reason = "length"
+        if reason is None and req.num_tokens >= self.max_model_len:
+            reason = "length"
+        if reason is None:
+            self._emit(req, text, [token], lps)
+        else:
+            self._finish(req, reason, text, [token], lps, flush=not stopped_by_string)

@@ -1,0 +1,250 @@
+"""The Engine: public, thread-safe API over an EngineCore running on its own thread.
+
+    engine = Engine.from_model("smollm2")
+    result = engine.generate("Hello", SamplingParams(max_tokens=32, temperature=0))
+    handle = engine.submit(prompt_ids, params)       # then `for out in handle` or `async for out in handle.stream()`
+
+The single-request path is the engine with one request: there is no second
+code path.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import traceback
+import uuid
+from typing import Any, Sequence
+
+import torch
+
+from augury.config import EngineConfig
+from augury.engine.core import EngineCore
+from augury.engine.errors import EngineFull
+from augury.engine.handle import RequestHandle
+from augury.engine.loader import LoadedModel, load_model
+from augury.engine.model_runner import ModelRunner
+from augury.engine.request import Request
+from augury.engine.sampler import make_generator
+from augury.engine.scheduler import Scheduler, SchedulerConfig
+from augury.engine.types import GenerationResult, SamplingParams
+from augury.kv.block_manager import BlockManager
+from augury.kv.pool import KVPool, available_memory_bytes, parse_bytes, plan_groups
+
+log = logging.getLogger("augury")
+
+
+def kv_budget_bytes(spec: str | None, device: torch.device) -> int:
+    """--kv-budget: bytes ('2GiB') or a fraction of free memory ('0.3'). Default: 30%, at most 4 GiB on CPU."""
+    free = available_memory_bytes(device)
+    if spec is None:
+        if device.type == "cpu":
+            return int(min(0.3 * free, 4 * 1024**3))
+        return int(0.6 * free)
+    try:
+        val = float(spec)
+        if 0 < val <= 1:
+            return int(val * free)
+    except ValueError:
+        pass
+    try:
+        return parse_bytes(spec)
+    except ValueError:
+        raise ValueError(f"--kv-budget {spec!r}: give bytes like 2GiB or a fraction like 0.3") from None
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig):
+        self.config = config
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.model_config = loaded.config
+        self.model_id = loaded.name
+        self.aliases: list[str] = []
+        cfg = loaded.config
+        max_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        budget = kv_budget_bytes(config.kv_budget, loaded.device)
+        groups = plan_groups(cfg, loaded.dtype, budget, config.block_size, config.max_num_seqs,
+                             config.max_num_batched_tokens)
+        self.blocks = BlockManager(groups, config.block_size, config.enable_prefix_caching)
+        self.pool = KVPool.allocate(cfg, groups, config.block_size, loaded.dtype, loaded.device)
+        full = next((g for g in groups if g.window is None), groups[0])
+        # one request can never use more blocks than its group has
+        self.max_model_len = min(max_len, (full.num_blocks - 1) * config.block_size)
+        self.namespace = f"{loaded.fingerprint}:{loaded.dtype}:{config.weights}"
+        sched_cfg = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
+        self.scheduler = Scheduler(sched_cfg, self.blocks, self.namespace)
+        self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
+        self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
+                               self.max_model_len, cfg.vocab_size)
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="augury-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_model(cls, model: str = "smollm2", **kwargs: Any) -> "Engine":
+        config = EngineConfig(model=model, **kwargs)
+        return cls(load_model(config), config)
+
+    # ---- public API (any thread) -------------------------------------------
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+               request_id: str | None = None) -> RequestHandle:
+        params = params or SamplingParams()
+        params.validate()
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt: must contain at least one token")
+        vocab = self.model_config.vocab_size
+        if any(t < 0 or t >= vocab for t in prompt):
+            raise ValueError(f"prompt: token ids must be in [0, {vocab})")
+        if len(prompt) >= self.max_model_len:
+            raise ValueError(
+                f"prompt: {len(prompt)} tokens does not fit the context window of {self.max_model_len} tokens"
+            )
+        with self._lock:
+            if self._pending >= self.config.max_queue + self.config.max_num_seqs:
+                raise EngineFull(f"the request queue is full ({self.config.max_queue} waiting)")
+            self._pending += 1
+        rid = request_id or f"req-{uuid.uuid4().hex[:16]}"
+        req = Request(rid, prompt, params)
+        if not params.greedy:
+            seed = params.seed
+            if seed is None and self.config.seed is not None:
+                seed = self.config.seed
+            req.generator = make_generator(seed)
+        if params.logprobs:
+            req.logprobs = []
+        try:
+            req.detok = self._make_detok(params, prompt)
+            if params.structured is not None:
+                from augury.structured import make_matcher
+
+                req.matcher = make_matcher(params.structured, self.tokenizer)
+        except Exception:
+            with self._lock:
+                self._pending -= 1
+            raise
+        handle = RequestHandle(rid, self.abort)
+        req.sink = handle
+        self._commands.put(("add", req))
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def generate(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
+        """Blocking convenience: a text prompt is tokenized raw (with BOS if the model adds one)."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        return self.collect(self.submit(ids, params))
+
+    def generate_batch(self, prompts: Sequence[str | Sequence[int]],
+                       params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerationResult]:
+        """Submit all prompts at once (they share batches), wait for all."""
+        plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        handles = [self.submit(self.tokenizer.encode(p) if isinstance(p, str) else list(p),
+                               None if pp is None else _copy_params(pp)) for p, pp in zip(prompts, plist)]
+        return [self.collect(h) for h in handles]
+
+    @staticmethod
+    def collect(handle: RequestHandle) -> GenerationResult:
+        text, ids, lps = [], [], []
+        last = None
+        for out in handle:
+            text.append(out.text)
+            ids.extend(out.token_ids)
+            if out.logprobs:
+                lps.extend(out.logprobs)
+            last = out
+        assert last is not None
+        if last.finish_reason == "error":
+            raise RuntimeError(f"request {handle.request_id} failed: {last.error}")
+        return GenerationResult(handle.request_id, "".join(text), ids, last.finish_reason or "stop",
+                                last.prompt_tokens, last.completion_tokens, last.cached_tokens,
+                                lps or None, last.ttft_s or 0.0, last.prefill_s or 0.0, last.decode_s or 0.0)
+
+    def stats(self) -> dict[str, Any]:
+        c = self.core.counters
+        return {
+            "num_waiting": len(self.scheduler.waiting),
+            "num_running": len(self.scheduler.running),
+            "kv_blocks_total": self.blocks.num_total_blocks(),
+            "kv_blocks_free": self.blocks.num_free_blocks(),
+            "kv_block_size": self.blocks.block_size,
+            "prefix_cache_hit_tokens": self.blocks.prefix_hit_tokens,
+            "prompt_tokens_total": c.prompt_tokens_total,
+            "generation_tokens_total": c.generation_tokens_total,
+            "requests_finished": c.requests_finished,
+            "requests_aborted": c.requests_aborted,
+            "preemptions": c.preemptions,
+            "steps": c.steps,
+        }
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Block until no request is queued or running (tests, benchmarks)."""
+        done = threading.Event()
+        self._commands.put(("idle", done))
+        return done.wait(timeout)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._commands.put(("stop", None))
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # ---- engine thread ---------------------------------------------------------
+    def _make_detok(self, params: SamplingParams, prompt: list[int]):
+        from augury.tokenizer.detokenizer import StreamDetokenizer
+
+        return StreamDetokenizer(self.tokenizer, stop=list(params.stop),
+                                 skip_special_tokens=params.skip_special_tokens, prompt_ids=prompt)
+
+    def _handle(self, cmd: str, arg: Any, idle_waiters: list[threading.Event]) -> None:
+        if cmd == "add":
+            with self._lock:
+                self._pending -= 1
+            self.core.add(arg)
+        elif cmd == "abort":
+            self.core.abort(arg)
+        elif cmd == "idle":
+            idle_waiters.append(arg)
+
+    def _loop(self) -> None:
+        idle_waiters: list[threading.Event] = []
+        with torch.inference_mode():
+            while not self._stop.is_set():
+                try:
+                    block = not self.core.has_work()
+                    while True:
+                        cmd, arg = self._commands.get(block=block, timeout=0.5 if block else None) \
+                            if block else self._commands.get_nowait()
+                        if cmd == "stop":
+                            return
+                        self._handle(cmd, arg, idle_waiters)
+                        block = False
+                except queue.Empty:
+                    pass
+                if not self.core.has_work():
+                    for ev in idle_waiters:
+                        ev.set()
+                    idle_waiters.clear()
+                    continue
+                try:
+                    self.core.step()
+                except Exception as e:  # keep serving: fail what was running, log why
+                    log.error("engine step failed: %s\n%s", e, traceback.format_exc())
+                    self.core.fail_all(f"{type(e).__name__}: {e}")
+
+
+def _copy_params(p: SamplingParams) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(p)

@@ -1,0 +1,86 @@
+"""Model + tokenizer from a name or path: the one place the engine touches weights/."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from augury.config import EngineConfig, ModelConfig
+from augury.tokenizer.tokenizer import Tokenizer
+from augury.weights.loader import load_checkpoint
+
+log = logging.getLogger("augury")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: torch.nn.Module
+    config: ModelConfig
+    tokenizer: Tokenizer
+    device: torch.device
+    dtype: torch.dtype
+    fingerprint: str
+    eos_token_ids: list[int]
+    generation_config: dict[str, Any]
+
+
+def pick_device(spec: str) -> torch.device:
+    if spec == "auto":
+        env = os.environ.get("AUGURY_DEVICE")
+        if env:
+            return torch.device(env)
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
+    return dev
+
+
+def pick_dtype(spec: str, device: torch.device) -> torch.dtype:
+    if spec == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[spec]
+
+
+def load_model(cfg: EngineConfig) -> LoadedModel:
+    from augury.models.registry import build_model
+
+    cfg.validate()
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    if device.type == "cpu" and cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ckpt = load_checkpoint(cfg.model, progress=cfg.progress)
+    mcfg = ModelConfig.from_hf_dict(ckpt.config)
+    model = build_model(mcfg, device, dtype)
+    model.load_weights(ckpt.tensors())
+    if cfg.weights != "native":
+        from augury.weights.quantize import quantize_model
+
+        quantize_model(model, cfg.weights)
+    model.eval()
+
+    tf = ckpt.tokenizer_files
+    if tf["kind"] == "hf_dir":
+        tok = Tokenizer.from_hf_dir(tf["path"])
+    else:
+        tok = Tokenizer.from_gguf_metadata(tf["metadata"])
+
+    eos: list[int] = []
+    gen_eos = ckpt.generation_config.get("eos_token_id")
+    if isinstance(gen_eos, int):
+        gen_eos = [gen_eos]
+    for i in list(mcfg.eos_token_ids) + list(gen_eos or []) + list(tok.eos_token_ids):
+        if i is not None and i not in eos:
+            eos.append(int(i))
+    name = os.path.basename(str(cfg.model).rstrip("/")) if os.path.exists(str(cfg.model)) else str(cfg.model)
+    return LoadedModel(name, model, mcfg, tok, device, dtype, ckpt.fingerprint, eos, ckpt.generation_config)

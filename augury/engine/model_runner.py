@@ -1,0 +1,75 @@
+"""ModelRunner: turns a scheduled step into one batched forward and logits.
+
+Builds the flat ragged batch (token ids, positions, block tables, draft
+slots), runs the model once and returns the logits of the rows that are
+sampled: for a request that reaches its end this step, the last confirmed
+token's row plus one row per draft token (the verify window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from augury.config import ModelConfig
+from augury.engine.scheduler import SchedulerOutput
+from augury.kv.block_manager import BlockManager
+from augury.kv.pool import KVPool
+from augury.layers.attention import SeqSpec, build_attention_metadata
+
+
+@dataclass
+class StepLogits:
+    logits: torch.Tensor  # [R, V] float32, rows of all sampled requests in schedule order
+    row_start: list[int]  # per scheduled seq: first row index (-1 if not sampled)
+    num_rows: list[int]  # per scheduled seq: 1 + num_draft if sampled else 0
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, cfg: ModelConfig, pool: KVPool, blocks: BlockManager,
+                 device: torch.device):
+        self.model = model
+        self.cfg = cfg
+        self.pool = pool
+        self.blocks = blocks
+        self.device = device
+        self.windows = {name: g.window for name, g in blocks.groups.items()}
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> StepLogits:
+        ids: list[int] = []
+        specs: list[SeqSpec] = []
+        rows: list[int] = []
+        row_start: list[int] = []
+        num_rows: list[int] = []
+        offset = 0
+        for s in out.seqs:
+            req = s.request
+            start = req.num_computed
+            toks = req.all_ids[start:start + s.num_new] + req.draft_ids[:s.num_draft]
+            ids.extend(toks)
+            specs.append(SeqSpec(num_cached=start, num_new=len(toks),
+                                 block_tables=self.blocks.block_tables(req.request_id)))
+            if s.sample:
+                row_start.append(len(rows))
+                k = 1 + s.num_draft
+                first = offset + s.num_new - 1
+                rows.extend(range(first, first + k))
+                num_rows.append(k)
+            else:
+                row_start.append(-1)
+                num_rows.append(0)
+            offset += len(toks)
+        meta = build_attention_metadata(specs, self.pool.block_size, self.windows, self.device)
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
+        hidden = self.model(input_ids, meta.positions, meta, self.pool)
+        if rows:
+            if len(rows) == len(ids):
+                sel = hidden
+            else:
+                sel = hidden.index_select(0, torch.tensor(rows, dtype=torch.long, device=self.device))
+            logits = self.model.compute_logits(sel).float()
+        else:
+            logits = torch.empty(0, self.cfg.vocab_size)
+        return StepLogits(logits, row_start, num_rows)
