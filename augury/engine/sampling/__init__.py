@@ -1,0 +1,1 @@
+"""Sampling internals: pure logit processors. The public API is augury.engine.sampler."""
