@@ -1,0 +1,3 @@
+from augury.cli import main
+
+raise SystemExit(main())

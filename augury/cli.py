@@ -1,0 +1,196 @@
+"""`augury serve | generate | pull | models | bench` — argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from augury.config import ConfigError, EngineConfig
+
+
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and engine")
+    g.add_argument("--model", default="smollm2", help="registered name (see `augury models`), HF directory or .gguf path")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    g.add_argument("--weights", default="native", choices=["native", "int8", "int4"],
+                   help="weight-only quantization of the linear layers")
+    g.add_argument("--kv-budget", default=None, help="KV pool size: bytes (2GiB) or a fraction of free memory (0.3)")
+    g.add_argument("--max-batch", type=int, default=16, help="most requests decoded together")
+    g.add_argument("--max-batched-tokens", type=int, default=512, help="per-step token budget (prefill chunk)")
+    g.add_argument("--max-model-len", type=int, default=None, help="context window cap")
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--no-prefix-caching", action="store_true")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
+    cfg = EngineConfig(
+        model=a.model, device=a.device, dtype=a.dtype, weights=a.weights, kv_budget=a.kv_budget,
+        block_size=a.block_size, max_num_seqs=a.max_batch, max_num_batched_tokens=a.max_batched_tokens,
+        max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
+        progress=not a.quiet, **extra,
+    )
+    cfg.validate()
+    return cfg
+
+
+def _peak_memory_bytes(engine: Any) -> int:
+    import torch
+
+    if engine.loaded.device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(engine.loaded.device))
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
+    from augury.engine.engine import Engine
+    from augury.engine.loader import load_model
+    from augury.engine.types import SamplingParams
+
+    cfg = _engine_config(a)
+    engine = Engine(load_model(cfg), cfg)
+    try:
+        tok = engine.tokenizer
+        if a.chat is not None:
+            ids = tok.encode_chat([{"role": "user", "content": a.chat}])
+        else:
+            ids = tok.encode(a.prompt)
+        params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temp, top_p=a.top_p, top_k=a.top_k,
+                                seed=a.seed, stop=a.stop or [])
+        t0 = time.monotonic()
+        handle = engine.submit(ids, params)
+        text, out_ids, last = [], [], None
+        for out in handle:
+            text.append(out.text)
+            out_ids.extend(out.token_ids)
+            last = out
+            if not a.json and out.text:
+                sys.stdout.write(out.text)
+                sys.stdout.flush()
+        wall = time.monotonic() - t0
+        assert last is not None
+        if last.finish_reason == "error":
+            print(f"\nerror: {last.error}", file=sys.stderr)
+            return 1
+        n_out = last.completion_tokens
+        prefill_s = last.prefill_s or 0.0
+        decode_s = last.decode_s or 0.0
+        stats = {
+            "ttft_s": last.ttft_s or 0.0,
+            "prefill_tokens_per_s": (last.prompt_tokens - last.cached_tokens) / prefill_s if prefill_s else 0.0,
+            "decode_tokens_per_s": (n_out - 1) / decode_s if decode_s and n_out > 1 else 0.0,
+            "peak_memory_bytes": _peak_memory_bytes(engine),
+            "wall_s": wall,
+        }
+        if a.json:
+            print(json.dumps({
+                "text": "".join(text), "token_ids": out_ids, "finish_reason": last.finish_reason,
+                "usage": {"prompt_tokens": last.prompt_tokens, "completion_tokens": n_out},
+                "stats": stats,
+            }))
+        else:
+            print(file=sys.stdout)
+            print(
+                f"[{last.finish_reason}] prompt {last.prompt_tokens} tok, generated {n_out} tok | "
+                f"TTFT {stats['ttft_s'] * 1000:.0f} ms | prefill {stats['prefill_tokens_per_s']:.1f} tok/s | "
+                f"decode {stats['decode_tokens_per_s']:.1f} tok/s | peak mem {stats['peak_memory_bytes'] / 2**20:.0f} MiB",
+                file=sys.stderr,
+            )
+        return 0
+    finally:
+        engine.shutdown()
+
+
+def cmd_pull(a: argparse.Namespace) -> int:
+    from augury.weights.registry import pull
+
+    path = pull(a.name)
+    print(f"{a.name}: {path}")
+    return 0
+
+
+def cmd_models(a: argparse.Namespace) -> int:
+    from augury.weights.registry import list_models
+
+    rows = list_models()
+    if a.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    for r in rows:
+        state = "installed" if r.get("installed") else f"not installed (augury pull {r['name']})"
+        print(f"{r['name']:<16} {state:<40} {r.get('description', '')}")
+    print("--model also takes an HF model directory or a .gguf file path.")
+    return 0
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from augury.engine.engine import Engine
+    from augury.engine.loader import load_model
+    from augury.server.app import run_server
+
+    cfg = _engine_config(a, max_queue=a.max_queue)
+    engine = Engine(load_model(cfg), cfg)
+    try:
+        run_server(engine, host=a.host, port=a.port, api_key=a.api_key or os.environ.get("AUGURY_API_KEY"))
+    finally:
+        engine.shutdown()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="augury", description="Local LLM inference engine and OpenAI/Anthropic server")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    g = sub.add_parser("generate", help="generate text from a prompt")
+    _add_engine_flags(g)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="raw completion prompt")
+    src.add_argument("--chat", help="one user message, rendered through the chat template")
+    g.add_argument("--max-tokens", type=int, default=128)
+    g.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("serve", help="OpenAI- and Anthropic-compatible HTTP server")
+    _add_engine_flags(s)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--api-key", default=None, help="require this key (Bearer or x-api-key) on every route but /health")
+    s.add_argument("--max-queue", type=int, default=256, help="waiting requests before 429")
+    s.set_defaults(func=cmd_serve)
+
+    pl = sub.add_parser("pull", help="install a registered model's package")
+    pl.add_argument("name")
+    pl.set_defaults(func=cmd_pull)
+
+    m = sub.add_parser("models", help="list registered models")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"augury: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
