@@ -1,0 +1,145 @@
+"""Engine end to end on a tiny random llama: exactness vs HF, batching, prefix
+sharing, chunked prefill, preemption, cancellation, seeds, stops. Invariants 2-5."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from augury.engine.engine import Engine
+from augury.engine.types import SamplingParams
+from tests.conftest import device_under_test
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+
+
+def make_engine(path, **kw) -> Engine:
+    kw.setdefault("kv_budget", "4MiB")
+    kw.setdefault("dtype", "float32")
+    kw.setdefault("progress", False)
+    return Engine.from_model(str(path), device=str(device_under_test()), **kw)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama_dir):
+    e = make_engine(tiny_llama_dir)
+    yield e
+    e.shutdown()
+
+
+def prompts(n: int, base: int = 5) -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(3, 300, (base + 3 * i,), generator=g).tolist() for i in range(n)]
+
+
+def hf_greedy(path, prompt: list[int], n: int) -> list[int]:
+    import transformers
+
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    out = m.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                     pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_greedy_matches_transformers(engine, tiny_llama_dir):
+    for p in prompts(3):
+        assert engine.generate(p, GREEDY).token_ids == hf_greedy(tiny_llama_dir, p, GREEDY.max_tokens)
+
+
+def test_batch_equals_alone(engine):
+    ps = prompts(8)
+    alone = [engine.generate(p, GREEDY).token_ids for p in ps]
+    together = [r.token_ids for r in engine.generate_batch(ps, GREEDY)]
+    assert together == alone
+
+
+def test_requests_join_mid_flight(engine):
+    ps = prompts(4)
+    alone = [engine.generate(p, GREEDY).token_ids for p in ps]
+    long = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    first = engine.submit(ps[0], long)
+    it = iter(first)
+    got0 = []
+    for _ in range(5):  # let it decode a few tokens, then others join
+        got0.extend(next(it).token_ids)
+    later = [engine.submit(p, GREEDY) for p in ps[1:]]
+    for out in it:
+        got0.extend(out.token_ids)
+    assert got0[:GREEDY.max_tokens] == alone[0]
+    assert [Engine.collect(h).token_ids for h in later] == alone[1:]
+
+
+def test_cancellation_returns_every_block(engine):
+    engine.wait_idle()
+    start = engine.stats()["kv_blocks_free"]
+    hs = [engine.submit(p, SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)) for p in prompts(6)]
+    time.sleep(0.05)
+    for h in hs[::2]:
+        h.cancel()
+    results = [Engine.collect(h) for h in hs[1::2]]
+    aborted = [Engine.collect(h) for h in hs[::2]]
+    assert all(r.finish_reason == "length" for r in results)
+    assert all(r.finish_reason == "abort" for r in aborted)
+    engine.wait_idle()
+    # finished requests' full blocks stay cached but count as free (evictable)
+    assert engine.stats()["kv_blocks_free"] == start
+
+
+def test_prefix_sharing_reuses_blocks(engine):
+    base = prompts(1, base=40)[0]
+    a = engine.generate(base + [7, 8, 9], GREEDY)
+    hits0 = engine.stats()["prefix_cache_hit_tokens"]
+    b = engine.generate(base + [7, 8, 9], GREEDY)
+    assert engine.stats()["prefix_cache_hit_tokens"] - hits0 >= 32
+    assert b.cached_tokens >= 32 and b.token_ids == a.token_ids
+
+
+def test_chunked_prefill_and_preemption_change_nothing(tiny_llama_dir, engine):
+    ps = prompts(6, base=30)
+    ref = [engine.generate(p, GREEDY).token_ids for p in ps]
+    small = make_engine(tiny_llama_dir, max_num_batched_tokens=16, kv_budget="160KiB", block_size=4,
+                        enable_prefix_caching=False)
+    try:
+        got = [r.token_ids for r in small.generate_batch(ps, GREEDY)]
+        assert small.stats()["preemptions"] > 0
+    finally:
+        small.shutdown()
+    assert got == ref
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent(engine):
+    p = prompts(1)[0]
+    sp = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.9, seed=1234, ignore_eos=True)
+    a = engine.generate(p, sp).token_ids
+    b = engine.generate(p, sp).token_ids
+    others = prompts(5)[1:]
+    batch = engine.generate_batch([p] + others, [sp] + [SamplingParams(max_tokens=16, temperature=1.0)] * 4)
+    assert a == b == batch[0].token_ids
+
+
+def test_stop_reasons_and_logprobs(engine):
+    p = prompts(1)[0]
+    r = engine.generate(p, SamplingParams(max_tokens=5, temperature=0.0, logprobs=True, top_logprobs=3, ignore_eos=True))
+    assert r.finish_reason == "length" and len(r.token_ids) == 5
+    assert len(r.logprobs) == 5 and all(lp.top[0][0] == lp.token_id for lp in r.logprobs)
+    full = engine.generate(p, SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True))
+    # a stop id ends the request at that token
+    stop_id = full.token_ids[3]
+    s = engine.generate(p, SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True, stop_token_ids=[stop_id]))
+    assert s.finish_reason == "stop" and s.token_ids == full.token_ids[:full.token_ids.index(stop_id) + 1]
+    # a stop string ends the text before it
+    if len(full.text) > 6:
+        needle = full.text[3:6]
+        t = engine.generate(p, SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True, stop=[needle]))
+        assert t.finish_reason == "stop" and t.text == full.text[: full.text.index(needle)]
+
+
+def test_bad_input_is_rejected_clearly(engine):
+    with pytest.raises(ValueError, match="prompt"):
+        engine.submit([], GREEDY)
+    with pytest.raises(ValueError, match="temperature"):
+        engine.submit([1, 2], SamplingParams(temperature=-1))
+    with pytest.raises(ValueError, match="context window"):
+        engine.submit([5] * (engine.max_model_len + 1), GREEDY)
