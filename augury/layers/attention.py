@@ -1,0 +1,216 @@
+"""Paged attention over a flat, ragged batch.
+
+One forward step carries T query tokens from B requests (prefill chunks,
+single decode tokens and multi-token verify windows mixed). Request i's new
+tokens occupy flat rows [qstart_i, qstart_i + num_new_i), in request order.
+
+`build_attention_metadata` runs once per step on the host (numpy, no torch
+op overhead) and produces, per KV group ("full", "sliding"), where each new
+token's K/V goes (`slot_mapping`), which pool slots each request reads
+(`gather_slots`) and the boolean mask. `paged_attention` is then a handful of
+tensor ops per layer: write K/V, gather, one SDPA call for the whole batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class SeqSpec:
+    """One request's share of a step."""
+
+    num_cached: int  # tokens already in KV before this step
+    num_new: int  # query tokens this step; positions = num_cached + arange(num_new)
+    # per group: block ids covering positions [0, num_cached + num_new); for a sliding
+    # group, blocks wholly outside the window of the first new token may be -1 (released)
+    block_tables: dict[str, list[int]]
+
+
+@dataclass
+class GroupAttnMeta:
+    """Per-step tensors for the layers of one KV group (shared by all of them)."""
+
+    window: int | None  # sliding window (HF semantics: key_pos > query_pos - window) or None
+    slot_mapping: torch.Tensor  # [T] long: pool slot each new token's K/V is written to
+    gather_slots: torch.Tensor  # [B, max_kv] long: pool slots each request reads (padding repeats a valid slot)
+    mask: torch.Tensor  # [B, 1, max_q, max_kv] bool: True = attend
+    num_seqs: int
+    max_q: int
+    max_kv: int
+    # flat row for each padded query slot [B*max_q] and padded slot of each flat row [T];
+    # None when every request has max_q new tokens (a plain view suffices)
+    q_index: torch.Tensor | None
+    out_index: torch.Tensor | None
+
+
+@dataclass
+class AttentionMetadata:
+    positions: torch.Tensor  # [T] long: absolute position of each query token
+    groups: dict[str, GroupAttnMeta]
+    num_tokens: int
+    num_seqs: int
+    max_q: int
+    uniform: bool  # every request has max_q new tokens (all-decode, equal verify windows)
+    query_start: list[int]  # [B+1] host cumsum of num_new: request i owns rows [qs[i], qs[i+1])
+
+
+class AttentionMetadataError(ValueError):
+    """The step's block tables do not cover what attention must read or write."""
+
+
+def build_attention_metadata(
+    seqs: list[SeqSpec],
+    block_size: int,
+    windows: dict[str, int | None],
+    device: torch.device | str,
+) -> AttentionMetadata:
+    """Host-side, once per step. `windows` maps each group name to its window (None = full)."""
+    if not seqs:
+        raise AttentionMetadataError("a step needs at least one request")
+    B = len(seqs)
+    nc = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=B)
+    nn_ = np.fromiter((s.num_new for s in seqs), dtype=np.int64, count=B)
+    if (nn_ < 1).any() or (nc < 0).any():
+        raise AttentionMetadataError("every request needs num_new >= 1 and num_cached >= 0")
+    ctx = nc + nn_
+    T = int(nn_.sum())
+    max_q = int(nn_.max())
+    qs = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(nn_, out=qs[1:])
+    req_of_tok = np.repeat(np.arange(B), nn_)  # [T]
+    off_of_tok = np.arange(T) - qs[req_of_tok]  # [T] index within the request's new tokens
+    pos = nc[req_of_tok] + off_of_tok  # [T]
+    uniform = bool((nn_ == max_q).all())
+
+    j = np.arange(max_q)
+    # padded query rows repeat the request's last real row, so no row is fully masked
+    jq = np.minimum(j[None, :], (nn_ - 1)[:, None])  # [B, max_q]
+    qpos = nc[:, None] + jq  # [B, max_q]
+
+    def dev(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+
+    q_index = out_index = None
+    if not uniform:
+        q_index = dev((qs[:B, None] + jq).reshape(-1))
+        out_index = dev(req_of_tok * max_q + off_of_tok)
+
+    groups: dict[str, GroupAttnMeta] = {}
+    for g in seqs[0].block_tables:
+        if g not in windows and g != "full":
+            raise AttentionMetadataError(f"no window given for KV group {g!r}")
+        window = windows.get(g)
+        tables = [s.block_tables[g] for s in seqs]
+        lens = np.fromiter((len(t) for t in tables), dtype=np.int64, count=B)
+        if ((ctx - 1) // block_size >= lens).any():
+            bad = int(np.argmax((ctx - 1) // block_size >= lens))
+            raise AttentionMetadataError(
+                f"group {g!r}: request {bad} has {lens[bad]} blocks, needs "
+                f"{(ctx[bad] - 1) // block_size + 1} for {ctx[bad]} tokens"
+            )
+        bt = np.full((B, int(lens.max())), -1, dtype=np.int64)
+        for i, t in enumerate(tables):
+            bt[i, : len(t)] = t
+        if window is None:
+            kv_start = np.zeros(B, dtype=np.int64)
+        else:
+            # read from the block holding the first new token's oldest visible key
+            kv_start = (np.maximum(nc - window + 1, 0) // block_size) * block_size
+        max_kv = int((ctx - kv_start).max())
+        kpos = kv_start[:, None] + np.arange(max_kv)[None, :]  # [B, max_kv]
+        kpos_c = np.minimum(kpos, (ctx - 1)[:, None])  # padding reads the last real key
+        blocks = np.take_along_axis(bt, kpos_c // block_size, axis=1)
+        if (blocks < 0).any():
+            bad = int(np.argmax((blocks < 0).any(axis=1)))
+            raise AttentionMetadataError(
+                f"group {g!r}: request {bad} reads a released (-1) block; "
+                f"window={window}, num_cached={nc[bad]}"
+            )
+        gather = blocks * block_size + kpos_c % block_size
+        slots = bt[req_of_tok, pos // block_size] * block_size + pos % block_size
+        mask = kpos[:, None, :] <= qpos[:, :, None]  # causal; padded keys sit past every query
+        if window is not None:
+            mask &= kpos[:, None, :] > qpos[:, :, None] - window
+        groups[g] = GroupAttnMeta(
+            window=window,
+            slot_mapping=dev(slots),
+            gather_slots=dev(gather),
+            mask=dev(mask[:, None]),
+            num_seqs=B,
+            max_q=max_q,
+            max_kv=max_kv,
+            q_index=q_index,
+            out_index=out_index,
+        )
+    return AttentionMetadata(
+        positions=dev(pos),
+        groups=groups,
+        num_tokens=T,
+        num_seqs=B,
+        max_q=max_q,
+        uniform=uniform,
+        query_start=qs.tolist(),
+    )
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    gmeta: GroupAttnMeta,
+    scale: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """q [T, H, D], k/v [T, Hkv, D] (rope applied), pools [num_slots, Hkv, D] -> [T, H, D].
+
+    Writes this step's K/V into the pools first, so a request's new tokens see
+    each other through the same gather as its cached ones.
+    """
+    k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
+    v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
+    T, H, D = q.shape
+    B, max_q = gmeta.num_seqs, gmeta.max_q
+    if gmeta.q_index is None:
+        qp = q.reshape(B, max_q, H, D)
+    else:
+        qp = q.index_select(0, gmeta.q_index).view(B, max_q, H, D)
+    qp = qp.transpose(1, 2)  # [B, H, max_q, D]
+    kc = k_pool[gmeta.gather_slots].transpose(1, 2)  # [B, Hkv, max_kv, D]
+    vc = v_pool[gmeta.gather_slots].transpose(1, 2)
+    if kc.dtype != q.dtype:
+        kc, vc = kc.to(q.dtype), vc.to(q.dtype)
+    if softcap is None:
+        o = F.scaled_dot_product_attention(
+            qp, kc, vc, attn_mask=gmeta.mask, scale=scale, enable_gqa=kc.shape[1] != H
+        )
+    else:
+        o = softcap_attention(qp, kc, vc, gmeta.mask, scale, softcap)
+    o = o.transpose(1, 2)  # [B, max_q, H, D]
+    if gmeta.out_index is None:
+        return o.reshape(T, H, D)
+    return o.reshape(B * max_q, H, D).index_select(0, gmeta.out_index)
+
+
+def softcap_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float
+) -> torch.Tensor:
+    """q [B, H, Q, D], k/v [B, Hkv, K, D], mask [B, 1, Q, K] -> [B, H, Q, D].
+
+    Eager path for tanh logit softcapping (Gemma 2 style), softmax in float32 as HF does.
+    """
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    s = torch.tanh(s / softcap) * softcap
+    s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(p, v)

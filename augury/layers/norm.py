@@ -1,0 +1,45 @@
+"""RMSNorm in the two HF flavours.
+
+Both normalize in float32. Llama-style multiplies by `weight` after casting
+back to the compute dtype; Gemma-style multiplies by `(1 + weight)` in float32
+and casts last. The weight may be [D] or [n, D] (per-head weights of a fused
+q/k norm over [T, n, D]).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(
+        self,
+        shape: int | tuple[int, ...],
+        eps: float,
+        gemma_style: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        init = torch.zeros if gemma_style else torch.ones
+        self.weight = nn.Parameter(init(shape, device=device, dtype=dtype))
+        self.eps = eps
+        self.gemma_style = gemma_style
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., D] (trailing dims must broadcast with weight) -> same shape and dtype."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma_style:
+            return (h * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * h.to(x.dtype)
+
+    def reset_weight(self) -> None:
+        """Identity scale (used for random-weight models)."""
+        with torch.no_grad():
+            self.weight.fill_(0.0 if self.gemma_style else 1.0)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}, gemma_style={self.gemma_style}"
