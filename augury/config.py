@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+SPEC_METHODS = ("off", "ngram", "draft-model", "layerskip")
 
 
 class ConfigError(ValueError):
@@ -196,6 +197,14 @@ class EngineConfig:
     threads: int | None = None  # torch intra-op threads on CPU
     seed: int | None = None  # base seed for requests without one
     progress: bool = True
+    # speculative decoding defaults (a request may override or turn it off)
+    spec: str = "off"  # off | ngram | draft-model | layerskip
+    draft_model: str | None = None  # path/name of the draft model (draft-model method)
+    num_draft_tokens: int = 8  # most drafts per round; the adaptive policy may use fewer
+    spec_layers: int | None = None  # layerskip: layers of the target used as drafter
+    spec_adaptive: bool = True
+    ngram_min: int = 1
+    ngram_max: int = 4
 
     def validate(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -210,3 +219,11 @@ class EngineConfig:
             raise ConfigError("--max-batched-tokens must be >= 16")
         if self.max_queue < 1:
             raise ConfigError("--max-queue must be >= 1")
+        if self.spec not in SPEC_METHODS:
+            raise ConfigError(f"--spec {self.spec!r}: choose one of {', '.join(SPEC_METHODS)}")
+        if self.spec == "draft-model" and not self.draft_model:
+            raise ConfigError("--spec draft-model needs --draft-model PATH")
+        if not 1 <= self.num_draft_tokens <= 16:
+            raise ConfigError("--num-draft-tokens must be in 1..16")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError("ngram sizes need 1 <= min <= max")

@@ -19,6 +19,7 @@ from augury.engine.sampler import SamplingRow, sample
 from augury.engine.scheduler import Scheduler, SchedulerOutput
 from augury.engine.types import RequestOutput, TokenLogprob
 from augury.kv.block_manager import BlockManager
+from augury.spec.coordinator import SpecCoordinator
 
 log = logging.getLogger("augury")
 
@@ -45,6 +46,7 @@ class EngineCore:
         self.vocab_size = vocab_size
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
+        self.spec: SpecCoordinator | None = None  # set by the Engine when speculation is configured
 
     # ---- request lifecycle -----------------------------------------------
     def add(self, req: Request) -> None:
@@ -70,6 +72,8 @@ class EngineCore:
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason  # type: ignore[assignment]
         self.scheduler.remove(req)
+        if self.spec is not None:
+            self.spec.release(req)
         self.requests.pop(req.request_id, None)
         if flush and req.detok is not None:
             text += req.detok.flush()
@@ -88,6 +92,8 @@ class EngineCore:
             prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids),
             cached_tokens=req.num_cached, error=req.error,
         )
+        if finished and req.spec_stats is not None:
+            out.speculation = req.spec_stats.as_dict()
         if finished:
             first = req.first_token_time
             out.ttft_s = (first - req.arrival) if first else None
@@ -100,8 +106,13 @@ class EngineCore:
         return self.scheduler.has_work()
 
     def step(self) -> None:
+        if self.spec is not None:
+            self.spec.propose(self.scheduler.running, self.max_model_len)
         sched = self.scheduler.schedule()
         self.counters.preemptions += len(sched.preempted)
+        for req in sched.preempted:
+            if self.spec is not None:
+                self.spec.release(req)
         if not sched.seqs:
             return
         now = time.monotonic()
@@ -113,12 +124,26 @@ class EngineCore:
         step = self.runner.execute(sched)
         self.counters.steps += 1
         tokens, lps = self._sample(sched, step.logits, step.row_start)
+        verified = {}
+        if self.spec is not None and any(s.num_draft for s in sched.seqs):
+            verified = self.spec.verify(sched.seqs, step.logits, step.row_start,
+                                        any(s.request.params.logprobs for s in sched.seqs))
         for i, s in enumerate(sched.seqs):
             req = s.request
             req.num_computed += s.num_new
-            req.draft_ids = []
-            if s.sample:
+            if i in verified:
+                burst, accepted, blps = verified[i]
+                self.spec.record(req, s.num_draft, accepted)
+                for j, tok in enumerate(burst):
+                    self._append(req, tok, blps[j] if blps else None)
+                    if req.finished:
+                        break
+                if not req.finished:
+                    req.num_computed += accepted
+                    self.spec.on_verified(req, accepted)
+            elif s.sample:
                 self._append(req, tokens[i], lps[i] if lps is not None else None)
+            req.draft_ids = []
             if not req.finished:
                 self.scheduler.commit(req)
 
@@ -126,7 +151,7 @@ class EngineCore:
         rows: list[SamplingRow] = []
         owners: list[int] = []
         for i, s in enumerate(sched.seqs):
-            if not s.sample:
+            if not s.sample or s.num_draft:
                 continue
             req = s.request
             mask = None
@@ -141,7 +166,7 @@ class EngineCore:
         lps: list[TokenLogprob | None] | None = None
         if not rows:
             return tokens, lps
-        # rows of logits for the sampled requests: the first row of each verify window
+        # the first row of each sampled request's window
         first_rows = torch.tensor([row_start[i] for i in owners], dtype=torch.long)
         sel = logits if len(owners) == logits.shape[0] else logits.index_select(0, first_rows.to(logits.device))
         out = sample(sel, rows)

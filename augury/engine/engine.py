@@ -31,6 +31,8 @@ from augury.engine.scheduler import Scheduler, SchedulerConfig
 from augury.engine.types import GenerationResult, SamplingParams
 from augury.kv.block_manager import BlockManager
 from augury.kv.pool import KVPool, available_memory_bytes, parse_bytes, plan_groups
+from augury.spec.coordinator import DraftPolicy, SpecCoordinator
+from augury.spec.factory import build_drafters
 
 log = logging.getLogger("augury")
 
@@ -78,6 +80,10 @@ class Engine:
         self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
+        self.drafters = build_drafters(self, config)
+        if self.drafters:
+            self.core.spec = SpecCoordinator(self.drafters, DraftPolicy(
+                max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive))
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
@@ -118,6 +124,7 @@ class Engine:
             req.generator = make_generator(seed)
         if params.logprobs:
             req.logprobs = []
+        req.spec_method, req.spec_max_draft = self._spec_for(params)
         try:
             req.detok = self._make_detok(params, prompt)
             if params.structured is not None:
@@ -135,6 +142,30 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+
+    def _spec_for(self, params: SamplingParams) -> tuple[str | None, int]:
+        """The request's speculative method (None = off) and its draft cap."""
+        spec = params.speculative
+        if spec is False or spec == "off":
+            return None, 0
+        method, k = self.config.spec, self.config.num_draft_tokens
+        if isinstance(spec, dict):
+            method = spec.get("method", method) or "off"
+            k = int(spec.get("num_draft_tokens", k))
+            if not 0 <= k <= 16:
+                raise ValueError("speculative.num_draft_tokens: must be in 0..16")
+        elif spec not in (None, True):
+            raise ValueError("speculative: must be false or {method, num_draft_tokens}")
+        if method == "off" or k == 0:
+            return None, 0
+        if method not in self.drafters:
+            avail = ", ".join(sorted(self.drafters)) or "none"
+            raise ValueError(f"speculative.method: {method!r} is not available on this server (available: {avail}; "
+                             "draft-model needs --draft-model, layerskip needs --spec layerskip or --spec-layers)")
+        if params.structured is not None:
+            raise ValueError("speculative: not supported together with structured output yet; "
+                             "send speculative: false")
+        return method, k
 
     def generate(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
         """Blocking convenience: a text prompt is tokenized raw (with BOS if the model adds one)."""
@@ -164,7 +195,8 @@ class Engine:
             raise RuntimeError(f"request {handle.request_id} failed: {last.error}")
         return GenerationResult(handle.request_id, "".join(text), ids, last.finish_reason or "stop",
                                 last.prompt_tokens, last.completion_tokens, last.cached_tokens,
-                                lps or None, last.ttft_s or 0.0, last.prefill_s or 0.0, last.decode_s or 0.0)
+                                lps or None, last.speculation, last.ttft_s or 0.0, last.prefill_s or 0.0,
+                                last.decode_s or 0.0)
 
     def stats(self) -> dict[str, Any]:
         c = self.core.counters
@@ -181,6 +213,9 @@ class Engine:
             "requests_aborted": c.requests_aborted,
             "preemptions": c.preemptions,
             "steps": c.steps,
+            "spec_drafted_total": self.core.spec.totals["drafted"] if self.core.spec else 0,
+            "spec_accepted_total": self.core.spec.totals["accepted"] if self.core.spec else 0,
+            "spec_rounds_total": self.core.spec.totals["rounds"] if self.core.spec else 0,
         }
 
     def wait_idle(self, timeout: float = 30.0) -> bool:

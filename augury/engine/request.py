@@ -36,8 +36,14 @@ class Request:
     matcher: Any = None
     sink: Any = None
     logprobs: list[TokenLogprob] | None = None
-    # draft tokens proposed for this step (speculative decoding)
+    # speculative decoding: method name (None = off), proposed drafts for this step,
+    # their probabilities (None for deterministic drafters), telemetry, acceptance EMA
+    spec_method: str | None = None
+    spec_max_draft: int = 0
     draft_ids: list[int] = field(default_factory=list)
+    draft_probs: Any = None
+    spec_stats: Any = None
+    spec_alpha: float = 0.7
     # timings
     first_token_time: float | None = None
     admit_time: float | None = None

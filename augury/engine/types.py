@@ -35,6 +35,9 @@ class SamplingParams:
     # {"type": "json_object"} | {"type": "json_schema", "schema": {...}} |
     # {"type": "regex", "pattern": "..."} | {"type": "ebnf", "grammar": "..."}
     structured: dict | None = None
+    # speculative decoding for this request: None = the engine default, False = off,
+    # {"method": "ngram" | "draft-model" | "layerskip", "num_draft_tokens": N}
+    speculative: dict | bool | None = None
 
     @property
     def greedy(self) -> bool:
@@ -84,6 +87,9 @@ class RequestOutput:
     completion_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    # usage.speculation (final delta only, when speculation ran) and features dropped
+    speculation: dict | None = None
+    warnings: list[str] | None = None
     # timings (seconds, monotonic), filled on the final delta
     ttft_s: float | None = None
     prefill_s: float | None = None
@@ -102,6 +108,7 @@ class GenerationResult:
     completion_tokens: int
     cached_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
+    speculation: dict | None = None
     ttft_s: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0

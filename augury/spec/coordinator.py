@@ -1,0 +1,145 @@
+"""Speculation inside the engine step: ask drafters before scheduling, verify after.
+
+    propose(running)       → req.draft_ids / req.draft_probs for decode-state requests
+    (scheduler counts drafts as extra tokens; runner returns k+1 logits rows per request)
+    verify(seqs, logits)   → per request: tokens to emit (accepted drafts + one), #accepted
+    after emit             → drafter.on_verified, telemetry
+
+Draft length per request adapts to its recent acceptance rate α (EMA): the
+k-th draft token is worth proposing while α^k beats the measured marginal
+cost of one more verify token at the current batch size (see `DraftPolicy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from augury.engine.request import Request
+from augury.engine.sampler import SamplingRow, processed_logprobs
+from augury.engine.scheduler import ScheduledSeq
+from augury.engine.types import TokenLogprob
+from augury.spec.base import DraftSource, SpecStats
+from augury.spec.verify import verify_greedy, verify_sampling
+
+
+@dataclass
+class DraftPolicy:
+    """How many drafts to ask for. `marginal_cost` is the cost of one more token in
+    the verify forward relative to a whole decode step at this batch size (0..1),
+    measured at engine start; a draft position i (1-based) is worth it while the
+    chance it is reached and accepted, α^i, exceeds that cost."""
+
+    max_draft: int = 10
+    adaptive: bool = True
+    marginal_cost: float = 0.05
+    ema: float = 0.3
+
+    def length(self, req: Request, batch_size: int) -> int:
+        k = min(req.spec_max_draft or self.max_draft, self.max_draft)
+        if not self.adaptive:
+            return k
+        a = min(max(req.spec_alpha, 0.05), 0.98)
+        cost = min(0.95, self.marginal_cost * max(1, batch_size))
+        n = 1
+        while n < k and a ** (n + 1) > cost:
+            n += 1
+        return n
+
+    def update(self, req: Request, drafted: int, accepted: int) -> None:
+        if drafted:
+            req.spec_alpha = (1 - self.ema) * req.spec_alpha + self.ema * (accepted / drafted)
+
+
+class SpecCoordinator:
+    def __init__(self, drafters: dict[str, DraftSource], policy: DraftPolicy):
+        self.drafters = drafters
+        self.policy = policy
+        self.totals = {"drafted": 0, "accepted": 0, "rounds": 0}
+
+    def propose(self, running: Sequence[Request], max_model_len: int) -> None:
+        groups: dict[str, list[tuple[Request, int]]] = {}
+        n_decode = sum(1 for r in running if r.num_computed == r.num_tokens - 1)
+        for req in running:
+            req.draft_ids, req.draft_probs = [], None
+            if req.spec_method is None or req.num_computed != req.num_tokens - 1:
+                continue
+            left = min(req.params.max_tokens - len(req.output_ids), max_model_len - req.num_tokens) - 1
+            k = min(self.policy.length(req, n_decode), left)
+            if k > 0:
+                groups.setdefault(req.spec_method, []).append((req, k))
+        for method, items in groups.items():
+            drafts = self.drafters[method].propose([r for r, _ in items], [k for _, k in items])
+            for (req, k), d in zip(items, drafts):
+                req.draft_ids = d.ids[:k]
+                req.draft_probs = d.probs[: len(req.draft_ids)] if d.probs is not None else None
+
+    def verify(self, seqs: Sequence[ScheduledSeq], logits: torch.Tensor, row_start: Sequence[int],
+               want_logprobs: bool) -> dict[int, tuple[list[int], int, list[TokenLogprob] | None]]:
+        """For each seq index with drafts: (tokens to emit, #accepted drafts, logprobs)."""
+        rows: list[SamplingRow] = []
+        spans: list[tuple[int, int, int]] = []  # (seq index, first row in logits, k)
+        for i, s in enumerate(seqs):
+            if not s.sample or s.num_draft == 0:
+                continue
+            req = s.request
+            d = req.draft_ids[: s.num_draft]
+            for j in range(s.num_draft + 1):
+                rows.append(SamplingRow(params=req.params, prompt_ids=req.prompt_ids,
+                                        output_ids=req.output_ids + d[:j], generator=req.generator))
+            spans.append((i, row_start[i], s.num_draft))
+        if not rows:
+            return {}
+        sel = torch.cat([logits[r:r + k + 1] for _, r, k in spans]) if len(spans) > 1 else \
+            logits[spans[0][1]:spans[0][1] + spans[0][2] + 1]
+        logp = processed_logprobs(sel, rows)
+        raw = torch.log_softmax(sel.float(), dim=-1) if want_logprobs else None
+        out = {}
+        off = 0
+        greedy_ids = logp.argmax(dim=-1).tolist()
+        for i, _, k in spans:
+            req = seqs[i].request
+            d = req.draft_ids[:k]
+            if req.generator is None:
+                res = verify_greedy(greedy_ids[off:off + k + 1], d)
+            else:
+                q = req.draft_probs[:k] if req.draft_probs is not None else None
+                if q is not None and q.shape[-1] < logp.shape[-1]:  # draft vocab may be narrower
+                    q = torch.nn.functional.pad(q, (0, logp.shape[-1] - q.shape[-1]))
+                res = verify_sampling(logp[off:off + k + 1], d, q, req.generator)
+            lps = None
+            if raw is not None and req.params.logprobs:
+                lps = _token_logprobs(raw[off:off + len(res.tokens)], res.tokens, req.params.top_logprobs)
+            out[i] = (res.tokens, res.num_accepted, lps)
+            off += k + 1
+        return out
+
+    def record(self, req: Request, drafted: int, accepted: int) -> None:
+        if req.spec_stats is None:
+            req.spec_stats = SpecStats(req.spec_method or "")
+        req.spec_stats.record(drafted, accepted)
+        self.policy.update(req, drafted, accepted)
+        self.totals["drafted"] += drafted
+        self.totals["accepted"] += accepted
+        self.totals["rounds"] += 1
+
+    def on_verified(self, req: Request, accepted: int) -> None:
+        if req.spec_method is not None:
+            self.drafters[req.spec_method].on_verified(req, accepted)
+
+    def release(self, req: Request) -> None:
+        if req.spec_method is not None:
+            self.drafters[req.spec_method].release(req)
+
+
+def _token_logprobs(raw: torch.Tensor, tokens: list[int], top_k: int) -> list[TokenLogprob]:
+    """raw [n, V] log-probs → the emitted tokens' logprobs and top-k (target's distribution)."""
+    idx = torch.tensor(tokens, dtype=torch.long, device=raw.device)
+    chosen = raw.gather(1, idx[:, None]).squeeze(1).tolist()
+    tops: list[list[tuple[int, float]]] = [[] for _ in tokens]
+    if top_k:
+        v, ix = raw.topk(top_k, dim=-1)
+        tops = [list(zip(a, b)) for a, b in zip(ix.tolist(), v.tolist())]
+    return [TokenLogprob(t, c, tp) for t, c, tp in zip(tokens, chosen, tops)]
