@@ -38,11 +38,11 @@ log = logging.getLogger("augury")
 
 
 def kv_budget_bytes(spec: str | None, device: torch.device) -> int:
-    """--kv-budget: bytes ('2GiB') or a fraction of free memory ('0.3'). Default: 30%, at most 4 GiB on CPU."""
+    """--kv-budget: bytes ('2GiB') or a fraction of free memory ('0.3'). Default: 30% of free memory, at most 1 GiB on CPU."""
     free = available_memory_bytes(device)
     if spec is None:
         if device.type == "cpu":
-            return int(min(0.3 * free, 4 * 1024**3))
+            return int(min(0.3 * free, 1024**3))
         return int(0.6 * free)
     try:
         val = float(spec)
