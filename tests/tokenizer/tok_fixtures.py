@@ -94,3 +94,26 @@ def gemma3_gguf() -> tuple[str, str] | None:
 
     p = str(g.assemble())
     return os.path.dirname(p), os.path.basename(p)
+
+
+def write_gguf(path: str, meta: dict[str, Any]) -> str:
+    """A tensor-less GGUF file carrying `meta` (enough for tokenizer loaders)."""
+    import gguf
+
+    w = gguf.GGUFWriter(path, meta.get("general.architecture", "llama"))
+    for k, v in meta.items():
+        if k == "general.architecture":
+            continue
+        if isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
+        else:
+            w.add_array(k, list(v))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
