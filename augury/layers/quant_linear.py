@@ -1,0 +1,381 @@
+"""Weight-only quantized linear layers: int8 per output channel, int4 group-wise.
+
+Both run torch's packed-weight kernels (CPU: `_weight_int8pack_mm`,
+`_weight_int4pack_mm_for_cpu`; CUDA: tinygemm `_weight_int4pack_mm`). Those
+kernels are fast only with bfloat16 activations (fp32/fp16 take milliseconds
+per call on CPU, tinygemm is bf16-only), so by default activations are cast to
+bf16 at the boundary and the output is cast back to the input dtype.
+
+int4 convention (tinygemm): w = (q - 8) * scale + zero, q in [0, 15], one
+(scale, zero) per `group_size` columns of a row.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+GROUP_SIZES = (32, 64, 128, 256)
+_N_ALIGN = 16  # CPU int4 pack wants N % 16 == 0 (tinygemm: 8); one padding for both keeps repacks shape-stable
+_INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0 and segfaults for K % 8 != 0
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+# ---------------------------------------------------------------------------- quantization math (pure)
+
+
+def quantize_int8(w: torch.Tensor, param_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] float -> (q [N, K] int8 in [-127, 127], scale [N] float32).
+
+    Symmetric per output channel. The scale is rounded to `param_dtype` before q
+    is chosen, so q * scale is exactly what a kernel with that scale dtype computes.
+    """
+    w = w.detach().float()
+    amax = w.abs().amax(dim=1).clamp_min(1e-12)
+    scale = (amax / 127.0).to(param_dtype).float()
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def quantize_int4(
+    w: torch.Tensor, group_size: int = 32, param_dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w [N, K] float -> (q [N, K] uint8 in [0, 15], scale [N, G], zero [N, G] float32), G = ceil(K / group_size).
+
+    Asymmetric min/max per group in the tinygemm convention; a last partial
+    group takes its range from its real columns only. scale/zero are rounded to
+    `param_dtype` first so the kernel reproduces `dequantize_int4` exactly.
+    """
+    n, k = w.shape
+    w = w.detach().float()
+    pad = _round_up(k, group_size) - k
+    lo = F.pad(w, (0, pad), value=math.inf).view(n, -1, group_size).amin(-1)
+    hi = F.pad(w, (0, pad), value=-math.inf).view(n, -1, group_size).amax(-1)
+    scale = ((hi - lo) / 15.0).clamp_min(1e-12).to(param_dtype).float()
+    zero = (lo + 8.0 * scale).to(param_dtype).float()
+    s_full = scale.repeat_interleave(group_size, dim=1)[:, :k]
+    z_full = zero.repeat_interleave(group_size, dim=1)[:, :k]
+    q = torch.round((w - z_full) / s_full + 8.0).clamp_(0, 15).to(torch.uint8)
+    return q, scale, zero
+
+
+def dequantize_int4(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor:
+    """q [N, K] (0..15), scale/zero [N, G] -> w [N, K] float32."""
+    k = q.shape[1]
+    s = scale.float().repeat_interleave(group_size, dim=1)[:, :k]
+    z = zero.float().repeat_interleave(group_size, dim=1)[:, :k]
+    return (q.float() - 8.0) * s + z
+
+
+# ---------------------------------------------------------------------------- int4 packing per device
+
+
+def _inner_k_tiles(k_padded: int) -> int:
+    # tinygemm: K % (16 * innerKTiles) == 0; more tiles per load is faster
+    for t in (8, 4, 2):
+        if k_padded % (16 * t) == 0:
+            return t
+    raise ValueError(f"int4 CUDA kernel needs in_features padded to a multiple of 32, got {k_padded}")
+
+
+def _pack_fn(layout: str, inner_k_tiles: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """q [N, K] int32 (0..15) on the layout's device -> that kernel's packed weight."""
+    if layout == "cpu":
+        return lambda q: torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), inner_k_tiles)
+    if layout == "cuda":
+        # tinygemm's converter takes two nibbles per byte, even column in the high nibble
+        return lambda q: torch.ops.aten._convert_weight_to_int4pack(
+            ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8).contiguous(), inner_k_tiles
+        )
+    raise ValueError(f"no int4 kernel for device type {layout!r} (have: cpu, cuda)")
+
+
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """Any packed tensor -> its 4-bit values in memory order, uint8 [2 * nbytes] (low nibble first)."""
+    b = packed.contiguous().view(torch.uint8).flatten()
+    return torch.stack((b & 15, b >> 4), dim=-1).flatten()
+
+
+def _nibble_sources(pack: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, device: torch.device) -> torch.Tensor:
+    """For each nibble of pack(q) in memory order, the row-major index into q [n, k] it came from.
+
+    Found by packing the base-16 digits of the index itself, so it holds for any
+    layout that only moves nibbles (both kernels' layouts do; the CPU one depends
+    on the machine's SIMD width, so it is never hard-coded here).
+    """
+    if n * k >= 2**31:
+        raise ValueError(f"int4 weight of {n}x{k} is too large to unpack")
+    idx = torch.arange(n * k, dtype=torch.int32, device=device)
+    src = torch.zeros(n * k, dtype=torch.int32)
+    for j in range(max(1, math.ceil(math.log2(max(n * k, 2)) / 4))):
+        digit = ((idx >> (4 * j)) & 15).view(n, k)
+        src |= _nibbles(pack(digit)).cpu().to(torch.int32) << (4 * j)
+    return src.long()
+
+
+def unpack_int4(packed: torch.Tensor, layout: str, inner_k_tiles: int, n: int, k: int) -> torch.Tensor:
+    """Kernel-packed weight -> q [n, k] uint8 on CPU (reference / repacking path, not for the hot loop)."""
+    dev = torch.device("cuda") if layout == "cuda" else torch.device("cpu")
+    src = _nibble_sources(_pack_fn(layout, inner_k_tiles), n, k, dev)
+    q = torch.empty(n * k, dtype=torch.uint8)
+    q[src] = _nibbles(packed.cpu())
+    return q.view(n, k)
+
+
+@functools.cache
+def _int8_kernel_works(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether `_weight_int8pack_mm` runs and is right on this device type (CUDA support varies by build)."""
+    if device_type == "cpu":
+        return True
+    try:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 32, generator=g).to(device_type, dtype)
+        q = torch.randint(-127, 128, (16, 32), generator=g, dtype=torch.int8).to(device_type)
+        s = torch.rand(16, generator=g).to(device_type, dtype)
+        y = torch.ops.aten._weight_int8pack_mm(x, q, s).float()
+        ref = x.float() @ (q.float() * s.float()[:, None]).T
+        return bool(torch.allclose(y, ref, rtol=2e-2, atol=2e-1))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+# ---------------------------------------------------------------------------- modules
+
+
+@dataclass(frozen=True)
+class Int4Parts:
+    """Unpacked int4 weights (rows can be concatenated/permuted before packing, e.g. fused qkv)."""
+
+    q: torch.Tensor  # [N, K] uint8, 0..15
+    scale: torch.Tensor  # [N, G] float32
+    zero: torch.Tensor  # [N, G] float32, tinygemm convention (value at q = 8)
+    group_size: int
+
+    @staticmethod
+    def cat(parts: list[Int4Parts]) -> Int4Parts:
+        """Stack along the output dimension (q, k, v -> qkv)."""
+        gs = {p.group_size for p in parts}
+        if len(gs) != 1:
+            raise ValueError(f"cannot fuse int4 parts with different group sizes {sorted(gs)}")
+        return Int4Parts(
+            torch.cat([p.q for p in parts]),
+            torch.cat([p.scale for p in parts]),
+            torch.cat([p.zero for p in parts]),
+            gs.pop(),
+        )
+
+    def rows(self, index: torch.Tensor) -> Int4Parts:
+        """index [N'] -> the selected output rows (e.g. a rope permutation)."""
+        return Int4Parts(self.q[index], self.scale[index], self.zero[index], self.group_size)
+
+    def dequantize(self) -> torch.Tensor:
+        return dequantize_int4(self.q, self.scale, self.zero, self.group_size)
+
+
+def _check_act_dtype(act_dtype: torch.dtype) -> None:
+    if act_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"act_dtype must be bfloat16, float16 or float32, got {act_dtype}")
+
+
+def _bias_buffer(linear: nn.Linear) -> torch.Tensor | None:
+    return None if linear.bias is None else linear.bias.detach().clone()
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (q * scale[:, None]).T + bias with q int8 [N, K], one scale per output channel."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        act_dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        _check_act_dtype(act_dtype)
+        self.in_features, self.out_features, self.act_dtype = in_features, out_features, act_dtype
+        self._k_pad = _round_up(in_features, _INT8_K_ALIGN) - in_features
+        k = in_features + self._k_pad
+        self.register_buffer("qweight", torch.zeros(out_features, k, dtype=torch.int8, device=device))
+        self.register_buffer("scales", torch.ones(out_features, dtype=act_dtype, device=device))
+        self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, act_dtype: torch.dtype = torch.bfloat16) -> Int8Linear:
+        """Quantize a copy of `linear.weight` (the source, maybe tied to an embedding, is not touched)."""
+        w = linear.weight
+        q, scale = quantize_int8(w, act_dtype)
+        return cls.from_quantized(q, scale, _bias_buffer(linear), act_dtype, w.device)
+
+    @classmethod
+    def from_quantized(
+        cls,
+        q: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        act_dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str | None = None,
+    ) -> Int8Linear:
+        """q [N, K] int8, scale [N], bias [N] | None."""
+        n, k = q.shape
+        device = device or q.device
+        m = cls(k, n, bias is not None, act_dtype, device)
+        with torch.no_grad():
+            m.qweight[:, :k].copy_(q)
+            m.scales.copy_(scale)
+            if bias is not None:
+                m.bias = bias.detach().to(device).clone()
+        return m
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight the kernel multiplies by, float32 [N, K]."""
+        return self.qweight[:, : self.in_features].float() * self.scales.float()[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out] in x's dtype."""
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(self.act_dtype)
+        if self._k_pad:
+            x2 = F.pad(x2, (0, self._k_pad))
+        x2 = x2.contiguous()
+        if _int8_kernel_works(x2.device.type, x2.dtype):
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+        else:  # no kernel on this build: per-channel scale commutes with the matmul
+            y = F.linear(x2, self.qweight.to(x2.dtype)) * self.scales
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, act_dtype={self.act_dtype}"
+
+
+class Int4Linear(nn.Module):
+    """y = x @ W.T + bias, W = (q - 8) * scale + zero per group of `group_size` input columns."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        group_size: int = 32,
+        bias: bool = False,
+        act_dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        if group_size not in GROUP_SIZES:
+            raise ValueError(f"int4 group_size must be one of {GROUP_SIZES}, got {group_size}")
+        _check_act_dtype(act_dtype)
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        if device.type == "cuda" and act_dtype != torch.bfloat16:
+            raise ValueError("int4 on CUDA runs tinygemm, which takes bfloat16 activations only")
+        self.in_features, self.out_features = in_features, out_features
+        self.group_size, self.act_dtype = group_size, act_dtype
+        # pad K to whole groups and N to the packers' row tile; padded x columns are zero
+        self._k_padded = _round_up(in_features, group_size)
+        self._n_padded = _round_up(out_features, _N_ALIGN)
+        self._inner_k_tiles = _inner_k_tiles(self._k_padded)
+        self._layout = device.type
+        self.register_buffer("packed", None)
+        self.register_buffer(
+            "scales_zeros", torch.zeros(self._k_padded // group_size, self._n_padded, 2, dtype=act_dtype, device=device)
+        )
+        self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
+        self._set_q(torch.full((out_features, in_features), 8, dtype=torch.uint8, device=device))
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, group_size: int = 32, act_dtype: torch.dtype = torch.bfloat16
+    ) -> Int4Linear:
+        """Quantize a copy of `linear.weight` (the source, maybe tied to an embedding, is not touched)."""
+        w = linear.weight
+        q, scale, zero = quantize_int4(w, group_size, act_dtype)
+        return cls.from_parts(Int4Parts(q, scale, zero, group_size), _bias_buffer(linear), act_dtype, w.device)
+
+    @classmethod
+    def from_parts(
+        cls,
+        parts: Int4Parts,
+        bias: torch.Tensor | None = None,
+        act_dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str | None = None,
+    ) -> Int4Linear:
+        """Already-quantized weights (e.g. decoded GGUF Q4_1 blocks). scale/zero are cast to act_dtype."""
+        n, k = parts.q.shape
+        device = device or parts.q.device
+        m = cls(k, n, parts.group_size, bias is not None, act_dtype, device)
+        g = parts.scale.shape[1]
+        with torch.no_grad():
+            m.scales_zeros[:g, :n, 0].copy_(parts.scale.T)
+            m.scales_zeros[:g, :n, 1].copy_(parts.zero.T)
+            m.scales_zeros[:g, n:, 0] = 1.0  # padded rows: q = 8 -> weight 0
+        m._set_q(parts.q.to(m.scales_zeros.device))
+        if bias is not None:
+            m.bias = bias.detach().to(m.scales_zeros.device).clone()
+        return m
+
+    def _set_q(self, q: torch.Tensor) -> None:
+        """q [N, K] (0..15) -> padded, packed for this module's current layout."""
+        qp = torch.full((self._n_padded, self._k_padded), 8, dtype=torch.int32, device=q.device)
+        qp[: q.shape[0], : q.shape[1]] = q.to(torch.int32)
+        self.packed = _pack_fn(self._layout, self._inner_k_tiles)(qp)
+
+    def unpack(self) -> torch.Tensor:
+        """q [N, K] uint8 on CPU."""
+        q = unpack_int4(self.packed, self._layout, self._inner_k_tiles, self._n_padded, self._k_padded)
+        return q[: self.out_features, : self.in_features]
+
+    def parts(self) -> Int4Parts:
+        """Unpacked weights in fp32 scale/zero (for caching converted weights or moving between layouts)."""
+        n, g = self.out_features, math.ceil(self.in_features / self.group_size)
+        sz = self.scales_zeros[:g, :n].float().cpu()
+        return Int4Parts(self.unpack(), sz[..., 0].T.contiguous(), sz[..., 1].T.contiguous(), self.group_size)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight the kernel multiplies by, float32 [N, K] (on CPU)."""
+        return self.parts().dequantize()
+
+    def _repack_for(self, device_type: str) -> None:
+        # the module was moved (`.to`) since packing: the bytes are in the old device's layout
+        q = unpack_int4(self.packed, self._layout, self._inner_k_tiles, self._n_padded, self._k_padded)
+        if device_type == "cuda" and self.act_dtype != torch.bfloat16:
+            raise ValueError("int4 on CUDA runs tinygemm, which takes bfloat16 activations only")
+        self._layout = device_type
+        self._set_q(q.to(self.scales_zeros.device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out] in x's dtype."""
+        if self.packed.device.type != self._layout:
+            self._repack_for(self.packed.device.type)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(self.act_dtype)
+        if self._k_padded != self.in_features:
+            x2 = F.pad(x2, (0, self._k_padded - self.in_features))
+        x2 = x2.contiguous()
+        if self._layout == "cpu":
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
+        if self._n_padded != self.out_features:
+            y = y[:, : self.out_features]
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, act_dtype={self.act_dtype}"
+        )
