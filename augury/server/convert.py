@@ -141,7 +141,7 @@ def forced_tool_spec(tools: list[ToolSpec], name: str | None) -> dict:
         schema = one(match[0])
     else:
         schema = one(tools[0]) if len(tools) == 1 else {"anyOf": [one(t) for t in tools]}
-    return {"type": "json_schema", "schema": schema, "strict": True}
+    return {"type": "json_schema", "schema": schema, "strict": True, "any_whitespace": False}
 
 
 def parse_arguments(arguments: str) -> Any:

@@ -6,6 +6,7 @@ API (paths under /v1/messages speak Anthropic, everything else OpenAI).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from fastapi.responses import JSONResponse
@@ -38,6 +39,9 @@ _OPENAI_TYPES = {
     500: "server_error",
     503: "server_error",
 }
+
+
+_UNION_BRANCH = re.compile(r"^([A-Z]|(str|int|float|bool|dict|list|none|literal|function-|tagged-union|json-or-python)\b)|.*[\[\]'(]")
 
 
 @dataclass
@@ -91,8 +95,8 @@ def validation_param(loc: tuple) -> str:
             continue
         if isinstance(part, int):
             out += f"[{part}]"
-        elif str(part).startswith(("function-", "tagged-union", "union[", "json-or-python")):
-            continue  # pydantic's internal union branch names say nothing to a user
+        elif _UNION_BRANCH.match(str(part)):
+            continue  # pydantic's union branch names ('str', 'list[str]', 'ToolCall') say nothing to a user
         else:
             out += ("." if out else "") + str(part)
     return out

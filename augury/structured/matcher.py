@@ -65,7 +65,10 @@ class GrammarBackend:
                 if isinstance(schema, dict):
                     schema = json.dumps(schema)
                 return self.compiler.compile_json_schema(
-                    schema, strict_mode=bool(spec.get("strict", True))
+                    schema,
+                    strict_mode=bool(spec.get("strict", True)),
+                    # compact JSON keeps small models from wandering into whitespace
+                    any_whitespace=bool(spec.get("any_whitespace", True)),
                 )
             if kind == "regex":
                 return self.compiler.compile_regex(spec["pattern"])

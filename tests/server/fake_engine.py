@@ -93,6 +93,9 @@ class ByteTokenizer:
 
 def default_script(prompt: str, params: SamplingParams) -> str:
     """What the fake model 'says'. Directives in the prompt let tests steer it."""
+    turns = prompt.split("<|im_start|>")
+    if len(turns) >= 2 and turns[-2].startswith("tool\n"):
+        return "Tool said: " + turns[-2][5:].split("<|im_end|>", 1)[0]
     for key in ("SAY:", "TOOL:"):
         if key in prompt:
             said = prompt.rsplit(key, 1)[1].split("<|im_end|>", 1)[0].strip()
@@ -239,10 +242,12 @@ class FakeEngine:
             out.append(t)
             if m.is_terminated():
                 return out
-        # fall back to the smallest allowed token each step, preferring stop when allowed
+        # fall back to closing whatever is open: stop, then closers, then the smallest allowed token
+        prefer = [EOS, ord('"'), ord("}"), ord("]"), ord("0")]
         while not m.is_terminated() and len(out) < req.params.max_tokens:
             mask = m.fill_mask()
-            t = EOS if mask[EOS] else int(mask.nonzero()[0])
+            t = next((c for c in prefer if mask[c]), None)
+            t = int(mask.nonzero()[0]) if t is None else t
             m.accept(t)
             out.append(t)
         return out
