@@ -110,9 +110,18 @@ class GGUFVocab:
             # llama.cpp's default for SentencePiece vocabularies is a leading "▁"
             add_space_prefix=bool(g("add_space_prefix", model == "llama")),
             chat_template=meta.get("tokenizer.chat_template"),
-            architecture=architecture or meta.get("general.architecture"),
+            architecture=architecture or meta.get("general.architecture") or _guess_architecture(tokens),
             extra_eos_ids=extra,
         )
+
+
+def _guess_architecture(tokens: list[str]) -> str | None:
+    """Callers that pass only `tokenizer.*` fields lose the architecture; Gemma 3's vocabulary is
+    recognizable (turn markers plus the image markers Gemma 3 introduced)."""
+    head = set(tokens[:512])
+    if {"<start_of_turn>", "<end_of_turn>"} <= head and "<start_of_image>" in tokens:
+        return "gemma3"
+    return None
 
 
 def _opt_int(v: Any) -> int | None:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from tokenizers import Tokenizer as Backend
 
@@ -35,7 +35,7 @@ class Tokenizer:
         *,
         bos_token_id: int | None,
         eos_token_id: int | None,
-        extra_eos_ids: list[int] = (),  # type: ignore[assignment]
+        extra_eos_ids: Sequence[int] = (),
         add_bos: bool = False,
         add_eos: bool = False,
         chat_template: str | None = None,

@@ -130,3 +130,14 @@ def test_encode_chat_adds_bos_only_when_missing():
     ids = tok.encode_chat([{"role": "user", "content": "hello"}])
     assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
     assert tok.decode(ids) == "user\nhello\nassistant\n"
+
+
+def test_gemma3_is_recognized_without_architecture_field():
+    # the weights loader may hand over only the tokenizer.* fields
+    meta = {k: v for k, v in spm_metadata().items() if k.startswith("tokenizer.")}
+    assert Tokenizer.from_gguf_metadata(meta).chat_template is None
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + ["<start_of_image>"]
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [3]
+    meta["tokenizer.ggml.scores"] = meta["tokenizer.ggml.scores"] + [0.0]
+    tok = Tokenizer.from_gguf_metadata(meta)
+    assert tok.architecture == "gemma3" and tok.chat_template_source == "fallback:gemma3"
