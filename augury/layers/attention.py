@@ -13,7 +13,7 @@ tensor ops per layer: write K/V, gather, one SDPA call for the whole batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -46,6 +46,17 @@ class GroupAttnMeta:
     # None when every request has max_q new tokens (a plain view suffices)
     q_index: torch.Tensor | None
     out_index: torch.Tensor | None
+    _bias: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """The mask as 0 / -inf in `dtype`, built on the first layer and reused by the rest
+        (a bool mask costs SDPA a conversion per layer)."""
+        bias = self._bias.get(dtype)
+        if bias is None:
+            bias = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            bias.masked_fill_(~self.mask, float("-inf"))
+            self._bias[dtype] = bias
+        return bias
 
 
 @dataclass
@@ -188,7 +199,7 @@ def paged_attention(
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
     if softcap is None:
         o = F.scaled_dot_product_attention(
-            qp, kc, vc, attn_mask=gmeta.mask, scale=scale, enable_gqa=kc.shape[1] != H
+            qp, kc, vc, attn_mask=gmeta.additive_mask(q.dtype), scale=scale, enable_gqa=kc.shape[1] != H
         )
     else:
         o = softcap_attention(qp, kc, vc, gmeta.mask, scale, softcap)

@@ -9,6 +9,7 @@ q/k norm over [T, n, D]).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -30,11 +31,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., D] (trailing dims must broadcast with weight) -> same shape and dtype."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        d = (x.shape[-1],)
         if self.gemma_style:
+            h = F.rms_norm(x.float(), d, None, self.eps)
             return (h * (1.0 + self.weight.float())).to(x.dtype)
-        return self.weight * h.to(x.dtype)
+        if x.dtype == torch.float32 and self.weight.dim() == 1:
+            return F.rms_norm(x, d, self.weight, self.eps)  # one dispatch, bit-identical to HF's steps
+        return self.weight * F.rms_norm(x.float(), d, None, self.eps).to(x.dtype)
 
     def reset_weight(self) -> None:
         """Identity scale (used for random-weight models)."""

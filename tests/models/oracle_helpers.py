@@ -4,6 +4,7 @@ ragged steps through shuffled, reused blocks."""
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import os
@@ -41,14 +42,20 @@ def hf_and_augury(hf_config, tmp_path, seed: int = 0, dtype=torch.float32):
     hf = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().eval()
     randomize_hf(hf, seed, gemma=hf_config.model_type.startswith("gemma"))
     hf.save_pretrained(tmp_path)
-    with open(tmp_path / "config.json") as f:
+    model, cfg = load_augury(tmp_path, dtype)
+    return hf, model, cfg
+
+
+def load_augury(path, dtype=torch.float32):
+    """config.json + *.safetensors written by save_pretrained -> (augury model, ModelConfig)."""
+    with open(path / "config.json") as f:
         cfg = ModelConfig.from_hf_dict(json.load(f))
     model = build_model(cfg, "cpu", dtype, max_positions=512)
     tensors: dict[str, torch.Tensor] = {}
-    for path in sorted(glob.glob(str(tmp_path / "*.safetensors"))):
-        tensors.update(load_file(path))
+    for p in sorted(glob.glob(str(path / "*.safetensors"))):
+        tensors.update(load_file(p))
     model.load_weights(tensors.items())
-    return hf, model, cfg
+    return model, cfg
 
 
 @torch.no_grad()
@@ -85,7 +92,7 @@ class Driver:
     def __init__(self, model, num_blocks: int = 64, block_size: int = 4, seed: int = 0, release: bool = True):
         self.model = model
         self.bs = block_size
-        self.pool = SimplePool(model, num_blocks, block_size)
+        self.pool = SimplePool(model, num_blocks, block_size, dtype=model.embed_tokens.weight.dtype)
         self.windows = model.kv_group_windows()
         rng = random.Random(seed)
         self.free = {}
@@ -184,3 +191,16 @@ def check_ragged(hf, model, **driver_kw) -> None:
             got[rid].append(o)
     for rid in seqs:
         close(torch.cat(got[rid]), refs[rid], f"ragged batch, request {rid}")
+
+
+def check_bf16(hf, path, n: int = 24) -> None:
+    """bf16 augury stays as close to HF fp32 as HF's own bf16 run does (ragged decode path)."""
+    model16, _ = load_augury(path, torch.bfloat16)
+    ids = prompt(n, model16.cfg.vocab_size, 7)
+    ref = hf_logits(hf, ids)
+    hf_err = (hf_logits(copy.deepcopy(hf).to(torch.bfloat16), ids) - ref).abs().max().item()
+    d = Driver(model16)
+    got = torch.cat([d.step([("a", ids[: n - 4])])[0]] + [d.step([("a", [t])])[0] for t in ids[n - 4 :]])
+    assert got.dtype == torch.float32
+    err = (got - ref).abs().max().item()
+    assert err <= 2 * hf_err + 1e-2, (err, hf_err)

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("transformers")
 
 from oracle_helpers import (  # noqa: E402
-    Driver, check_decode, check_prefill, check_ragged, close, hf_and_augury, hf_logits, prompt,
+    Driver, check_bf16, check_decode, check_prefill, check_ragged, close, hf_and_augury, hf_logits, prompt,
 )
 
 
@@ -26,8 +26,17 @@ def gemma3_config(**kw):
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
-    return hf_and_augury(gemma3_config(), tmp_path_factory.mktemp("gemma3"), seed=5)
+def gemma_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gemma3")
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_dir):
+    return hf_and_augury(gemma3_config(), gemma_dir, seed=5)
+
+
+def test_bf16(gemma, gemma_dir):
+    check_bf16(gemma[0], gemma_dir)
 
 
 def test_config_parsed(gemma):

@@ -5,7 +5,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from oracle_helpers import check_decode, check_prefill, check_ragged, hf_and_augury  # noqa: E402
+from oracle_helpers import check_bf16, check_decode, check_prefill, check_ragged, hf_and_augury  # noqa: E402
 
 
 def llama_config(**kw):
@@ -21,8 +21,13 @@ def llama_config(**kw):
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory):
-    return hf_and_augury(llama_config(), tmp_path_factory.mktemp("llama"))
+def plain_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("llama")
+
+
+@pytest.fixture(scope="module")
+def plain(plain_dir):
+    return hf_and_augury(llama_config(), plain_dir)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +51,10 @@ def test_decode(plain):
 def test_ragged_batch(plain):
     hf, model, _ = plain
     check_ragged(hf, model)
+
+
+def test_bf16(plain, plain_dir):
+    check_bf16(plain[0], plain_dir)
 
 
 def test_llama3_rope_tied_bias(llama3_rope):
