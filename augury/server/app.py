@@ -83,7 +83,9 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
         async def index() -> HTMLResponse:
             return HTMLResponse(page)
 
-    routes = {getattr(r, "path", "") for r in app.routes}
+    # metric labels: known paths only (fuzzers must not explode the label set)
+    routers = (openai_routes.router, anthropic_routes.router)
+    routes = {getattr(r, "path", "") for rt in (app, *routers) for r in rt.routes} - {""}
     app.add_middleware(GuardMiddleware, config=config, metrics=metrics, routes=routes)
     return app
 

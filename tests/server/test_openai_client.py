@@ -114,8 +114,8 @@ def test_json_schema_output_validates(client, live):
 
 
 def test_json_object_output_parses(client, live):
-    prompt = 'SAY: {"ok": [1, 2]} trailing' if live.kind == "fake" else "Reply with a JSON object."
-    r = _chat(client, prompt, max_tokens=60, response_format={"type": "json_object"})
+    prompt = 'SAY: {"ok": [1, 2]} trailing' if live.kind == "fake" else "Reply with a JSON object with one key, color."
+    r = _chat(client, prompt, max_tokens=200, response_format={"type": "json_object"})
     assert r.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(r.choices[0].message.content), dict)
 
