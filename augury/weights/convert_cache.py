@@ -11,7 +11,6 @@ partial file.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import struct
 import sys
@@ -27,12 +26,10 @@ from safetensors.torch import save_file
 
 from .paths import converted_dir
 
-log = logging.getLogger(__name__)
 
 # Bump when the conversion (names, transforms, dequantization) changes: old files are rebuilt.
 CONVERTER_VERSION = "1"
 _FORMAT = "augury-converted-1"
-_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
 
 class CacheCorrupt(Exception):
@@ -159,3 +156,32 @@ def cached_tensors(
         warnings.warn(f"could not write converted-weight cache {path} ({e}); converting in memory")
         return build
     return reader(path, order)
+
+
+def list_entries(cache_dir: Path | str | None = None) -> list[dict[str, object]]:
+    """Converted files on disk (for `augury cache`): fingerprint, path, size in bytes."""
+    d = converted_dir(cache_dir)
+    if not d.is_dir():
+        return []
+    return [
+        {"fingerprint": p.stem, "path": str(p), "bytes": p.stat().st_size}
+        for p in sorted(d.glob("*.safetensors"))
+    ]
+
+
+def clear(cache_dir: Path | str | None = None, fingerprint: str | None = None) -> int:
+    """Delete converted files (one fingerprint or all, plus stale temp files); returns bytes freed."""
+    d = converted_dir(cache_dir)
+    if not d.is_dir():
+        return 0
+    pattern = f"{fingerprint}.safetensors" if fingerprint else "*.safetensors"
+    victims = list(d.glob(pattern)) + ([] if fingerprint else list(d.glob(".*.tmp")))
+    freed = 0
+    for p in victims:
+        try:
+            size = p.stat().st_size
+            p.unlink()
+            freed += size
+        except FileNotFoundError:
+            pass
+    return freed

@@ -147,3 +147,16 @@ def test_load_checkpoint_gguf_uses_cache(tmp_path, capsys) -> None:
     assert again.fingerprint == ck.fingerprint
     os.utime(path)  # touching the file is not a new identity
     assert load_checkpoint(str(path), cache_dir=tmp_path / "c").fingerprint == ck.fingerprint
+
+
+def test_list_and_clear(tmp_path) -> None:
+    from augury.weights.convert_cache import clear, list_entries
+
+    assert list_entries(tmp_path) == [] and clear(tmp_path) == 0
+    build = Builder()
+    list(_load(tmp_path, build)())
+    (cache_path(FP, tmp_path).parent / ".stale.safetensors.1.tmp").write_bytes(b"x" * 10)
+    [row] = list_entries(tmp_path)
+    assert row["fingerprint"] == FP and row["bytes"] == cache_path(FP, tmp_path).stat().st_size
+    assert clear(tmp_path) == row["bytes"] + 10
+    assert list_entries(tmp_path) == []

@@ -184,3 +184,11 @@ def test_gemma3_config(gemma3_gguf) -> None:
     assert mc.rope.theta == 1_000_000.0 and mc.rope_local.theta == 10000.0
     assert mc.hidden_act == "gelu_pytorch_tanh" and mc.tie_word_embeddings
     assert src.checkpoint().generation_config["eos_token_id"] == [1, 106]
+
+
+def test_checkpoint_helpers(tmp_path) -> None:
+    cfg, model = tiny_hf_model("gemma3_text")
+    src = GGUFSource(write_gguf(tmp_path / "g.gguf", "gemma3", cfg, model.state_dict()))
+    ck = src.checkpoint()
+    assert ck.model_config().model_type == "gemma3_text"
+    assert ck.eos_token_ids() == (1, 95)  # GGUF eos + the <|im_end|> control token
