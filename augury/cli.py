@@ -27,6 +27,15 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    sp = p.add_argument_group("speculative decoding")
+    sp.add_argument("--spec", default="off", choices=["off", "ngram", "draft-model", "layerskip"],
+                    help="default method for requests (each request may override or turn it off)")
+    sp.add_argument("--draft-model", default=None, help="draft model (name or path) for --spec draft-model")
+    sp.add_argument("--draft-weights", default="native", choices=["native", "int8", "int4"],
+                    help="weight quantization of the draft model")
+    sp.add_argument("--num-draft-tokens", type=int, default=8, help="most draft tokens per round")
+    sp.add_argument("--spec-layers", type=int, default=None, help="layerskip: target layers used to draft")
+    sp.add_argument("--no-adaptive-draft", action="store_true", help="always draft --num-draft-tokens")
 
 
 def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
@@ -34,7 +43,9 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         model=a.model, device=a.device, dtype=a.dtype, weights=a.weights, kv_budget=a.kv_budget,
         block_size=a.block_size, max_num_seqs=a.max_batch, max_num_batched_tokens=a.max_batched_tokens,
         max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
-        progress=not a.quiet, **extra,
+        progress=not a.quiet, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
+        num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
+        **extra,
     )
     cfg.validate()
     return cfg
@@ -93,7 +104,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
         if a.json:
             print(json.dumps({
                 "text": "".join(text), "token_ids": out_ids, "finish_reason": last.finish_reason,
-                "usage": {"prompt_tokens": last.prompt_tokens, "completion_tokens": n_out},
+                "usage": {"prompt_tokens": last.prompt_tokens, "completion_tokens": n_out,
+                      **({"speculation": last.speculation} if last.speculation else {})},
                 "stats": stats,
             }))
         else:
@@ -135,11 +147,18 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from augury.engine.engine import Engine
     from augury.engine.loader import load_model
     from augury.server.app import run_server
+    from augury.server.config import ServerConfig
 
+    scfg = ServerConfig(host=a.host, port=a.port, api_key=a.api_key or os.environ.get("AUGURY_API_KEY"),
+                        max_body_bytes=a.max_body_bytes, tool_parser=a.tool_parser,
+                        default_max_tokens=a.default_max_tokens)
+    scfg.validate()
     cfg = _engine_config(a, max_queue=a.max_queue)
     engine = Engine(load_model(cfg), cfg)
     try:
-        run_server(engine, host=a.host, port=a.port, api_key=a.api_key or os.environ.get("AUGURY_API_KEY"))
+        print(f"augury: serving {engine.model_id} on http://{a.host}:{a.port} (OpenAI /v1, Anthropic /v1/messages, "
+              f"chat page /)", file=sys.stderr)
+        run_server(engine, scfg)
     finally:
         engine.shutdown()
     return 0
@@ -169,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--api-key", default=None, help="require this key (Bearer or x-api-key) on every route but /health")
     s.add_argument("--max-queue", type=int, default=256, help="waiting requests before 429")
+    s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request body size limit")
+    s.add_argument("--tool-parser", default="auto", choices=["auto", "hermes", "llama3_json", "pythonic"])
+    s.add_argument("--default-max-tokens", type=int, default=None,
+                   help="max_tokens when a request gives none (default: the rest of the context)")
     s.set_defaults(func=cmd_serve)
 
     pl = sub.add_parser("pull", help="install a registered model's package")

@@ -200,6 +200,7 @@ class EngineConfig:
     # speculative decoding defaults (a request may override or turn it off)
     spec: str = "off"  # off | ngram | draft-model | layerskip
     draft_model: str | None = None  # path/name of the draft model (draft-model method)
+    draft_weights: str = "native"  # weight quantization of the draft model
     num_draft_tokens: int = 8  # most drafts per round; the adaptive policy may use fewer
     spec_layers: int | None = None  # layerskip: layers of the target used as drafter
     spec_adaptive: bool = True

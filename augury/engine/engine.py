@@ -130,7 +130,7 @@ class Engine:
             if params.structured is not None:
                 from augury.structured import make_matcher
 
-                req.matcher = make_matcher(params.structured, self.tokenizer)
+                req.matcher = make_matcher(params.structured, self.tokenizer, vocab_size=self.model_config.vocab_size)
         except Exception:
             with self._lock:
                 self._pending -= 1

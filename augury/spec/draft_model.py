@@ -84,7 +84,8 @@ class ModelDrafter:
 
         ec = engine.config
         loaded = load_model(dataclasses.replace(EngineConfig(model=path), device=str(engine.loaded.device),
-                                                dtype=_dtype_name(engine.loaded.dtype), progress=ec.progress))
+                                                dtype=_dtype_name(engine.loaded.dtype), progress=ec.progress,
+                                                weights=ec.draft_weights))
         probe_tokenizers(engine.tokenizer, loaded.tokenizer, engine.model_config.vocab_size, loaded.config.vocab_size)
         return cls(loaded.model, loaded.config, loaded.device, loaded.dtype, engine.pool.nbytes() // 4,
                    ec.block_size, ec.max_num_seqs, ec.max_num_batched_tokens)
