@@ -75,16 +75,36 @@ def _uniforms(generators: Sequence[torch.Generator]) -> list[float]:
     return [torch.rand(1, generator=g, dtype=torch.float64).item() for g in generators]
 
 
-def _inverse_cdf(logp: Tensor, u: Tensor) -> Tensor:
+def _inverse_cdf(logp: Tensor, u: Tensor, block: int = 256) -> Tensor:
     """Token whose CDF interval contains u * total mass. logp [S, V] (unnormalized ok),
-    u [S] -> [S] long. Zero-mass tokens are never chosen."""
+    u [S] -> [S] long. Zero-mass tokens are never chosen.
+
+    Two levels keep it exact and cheap: float32 sums of `block`-token blocks, a
+    float64 CDF over the blocks, then a float64 CDF inside the chosen block only.
+    (A float32 CDF over 262k tokens drifts by up to ~1e-2; a float64 one over the
+    whole row costs ~3x the rest of the sampler on the CPU.)
+    """
+    s, vocab = logp.shape
     acc = P.accumulation_dtype(logp.device)
-    cdf = logp.to(acc).exp().cumsum(dim=-1)  # [S, V], nondecreasing
-    total = cdf[:, -1:].contiguous()  # [S, 1]
-    idx = torch.searchsorted(cdf, u.to(acc)[:, None] * total, right=True)
-    # u * total may round up to total; cap at the last token carrying mass.
-    last = torch.searchsorted(cdf, total, right=False)
-    return torch.minimum(idx, last).squeeze(1)
+    p = logp.float().exp()  # [S, V]
+    if vocab % block:
+        p = torch.nn.functional.pad(p, (0, block - vocab % block))
+    blocks = p.view(s, -1, block)  # [S, nb, block]
+    bcdf = blocks.sum(dim=-1).to(acc).cumsum(dim=-1)  # [S, nb], nondecreasing
+    target = u.to(acc)[:, None] * bcdf[:, -1:]  # [S, 1]
+    b = _search_positive(bcdf, target)  # [S, 1] a block with mass
+    before = torch.where(b > 0, bcdf.gather(1, (b - 1).clamp(min=0)), 0.0)
+    inner = blocks.gather(1, b[:, :, None].expand(s, 1, block)).squeeze(1)  # [S, block]
+    j = _search_positive(inner.to(acc).cumsum(dim=-1), target - before)
+    return (b * block + j).squeeze(1)
+
+
+def _search_positive(cdf: Tensor, x: Tensor) -> Tensor:
+    """First index whose cdf [S, M] exceeds x [S, 1], capped at the last index that
+    carries mass: rounding (or u rounded to 1 in float32 on MPS) may put x at the top."""
+    idx = torch.searchsorted(cdf, x, right=True)
+    last = torch.searchsorted(cdf, cdf[:, -1:].contiguous(), right=False)
+    return torch.minimum(idx, last)
 
 
 def draw_from_logprobs(logp: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
@@ -105,6 +125,8 @@ def draw_from_logprobs(logp: Tensor, generators: Sequence[torch.Generator | None
 
 
 # ---------------------------------------------------------------- processing
+
+_TOP_P_FIRST_K = 256  # head size tried first for top-p on the CPU (x8 until it holds the mass)
 
 
 def _needs_adjusting(rows: Sequence[SamplingRow]) -> bool:
@@ -160,20 +182,19 @@ def _adjusted_logits(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
             idx = torch.tensor(masked, device=dev)
             x.index_copy_(0, idx, P.apply_allowed_mask(x.index_select(0, idx), allowed))
 
-    if any(r.params.repetition_penalty != 1.0 for r in rows):
-        seen = torch.zeros((n, vocab), dtype=torch.bool, device=dev)
-        ri, ti = _flat_ids([list(r.prompt_ids) + list(r.output_ids) for r in rows], dev)
-        seen.index_put_((ri, ti), torch.ones_like(ti, dtype=torch.bool))
+    # Penalties only visit the histories of the rows that use them: O(history), not O(N*V).
+    rep = [i for i, r in enumerate(rows) if r.params.repetition_penalty != 1.0]
+    if rep:
+        ri, ti = _flat_ids([[*rows[i].prompt_ids, *rows[i].output_ids] for i in rep], dev)
         pen = torch.tensor([r.params.repetition_penalty for r in rows], device=dev)
-        P.apply_repetition_penalty(x, seen, pen)
+        P.apply_repetition_penalty(x, torch.tensor(rep, device=dev)[ri], ti, pen)
 
-    if any(r.params.presence_penalty != 0.0 or r.params.frequency_penalty != 0.0 for r in rows):
-        counts = torch.zeros((n, vocab), dtype=torch.float32, device=dev)
-        ri, ti = _flat_ids([r.output_ids for r in rows], dev)
-        counts.index_put_((ri, ti), torch.ones_like(ti, dtype=torch.float32), accumulate=True)
+    pf = [i for i, r in enumerate(rows) if r.params.presence_penalty or r.params.frequency_penalty]
+    if pf:
+        ri, ti = _flat_ids([rows[i].output_ids for i in pf], dev)
         pres = torch.tensor([r.params.presence_penalty for r in rows], device=dev)
         freq = torch.tensor([r.params.frequency_penalty for r in rows], device=dev)
-        P.apply_presence_frequency(x, counts, pres, freq)
+        P.apply_presence_frequency(x, torch.tensor(pf, device=dev)[ri], ti, pres, freq)
     return x
 
 
@@ -191,13 +212,15 @@ def _shaped_logprobs(x: Tensor, params: Sequence[SamplingParams]) -> Tensor:
 
     top_p_rows = [i for i, p in enumerate(params) if p.top_p < 1.0]
     if top_p_rows:
-        # The sort is the costly part: run it only on the rows that ask.
+        # The sort is the costly part: run it only on the rows that ask, and on the
+        # CPU (where a host check is free) on a top-k head first.
+        first_k = _TOP_P_FIRST_K if dev.type == "cpu" else None
         tp = torch.tensor([params[i].top_p for i in top_p_rows], dtype=torch.float32, device=dev)
         if len(top_p_rows) == len(params):
-            P.apply_top_p(x, tp)
+            P.apply_top_p(x, tp, first_k)
         else:
             idx = torch.tensor(top_p_rows, device=dev)
-            x.index_copy_(0, idx, P.apply_top_p(x.index_select(0, idx), tp))
+            x.index_copy_(0, idx, P.apply_top_p(x.index_select(0, idx), tp, first_k))
 
     if any(p.min_p > 0.0 for p in params):
         mp = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev)

@@ -15,6 +15,7 @@ from augury.engine.sampler import (
     processed_logprobs,
     sample,
 )
+from augury.engine.sampling import processors as P
 from augury.engine.types import SamplingParams
 
 NEG_INF = float("-inf")
@@ -124,6 +125,18 @@ def test_top_p_ties_kept():
     logits = logits_of([0.4, 0.2, 0.2, 0.2])
     assert support(probs1(logits, top_p=0.5).log()) == {0, 1, 2, 3}
     assert support(probs1(logits, top_p=0.3).log()) == {0}
+
+
+@pytest.mark.parametrize("first_k", [1, 2, 5, 300])
+def test_top_p_head_search_matches_full_sort(first_k):
+    """The CPU path (top-k head, grown x8) must give exactly the full-sort support."""
+    torch.manual_seed(7)
+    x = torch.cat([torch.randn(6, 500) * s for s in (0.3, 1.0, 4.0)])
+    x[0, :50] = 2.0  # a wide plateau of ties
+    top_p = torch.tensor([0.1, 0.5, 0.9, 0.99, 1.0, 0.7] * 3)
+    want = P.apply_top_p(x.clone(), top_p, first_k=None)
+    got = P.apply_top_p(x.clone(), top_p, first_k=first_k)
+    assert torch.equal(want, got)
 
 
 def test_top_p_applies_after_top_k():
@@ -309,6 +322,26 @@ def test_inverse_cdf_never_picks_zero_mass_tokens():
     logp = torch.tensor([[NEG_INF, math.log(0.5), math.log(0.5), NEG_INF, NEG_INF]] * 3)
     u = torch.tensor([0.0, 0.5, 1.0 - 2.0**-53], dtype=torch.float64)
     assert _inverse_cdf(logp, u).tolist() == [1, 2, 2]
+    # u == 1 is what the largest uniform becomes once rounded to float32 (the MPS path)
+    logp = torch.tensor([[math.log(0.25), math.log(0.5), NEG_INF, NEG_INF]])
+    assert _inverse_cdf(logp, torch.tensor([1.0], dtype=torch.float64)).tolist() == [1]
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64, 256])
+def test_inverse_cdf_blocks_match_a_flat_cdf(block):
+    """Masses in 64ths and u's a third of a 3072th off any edge: every block size
+    gives the token a flat float64 CDF gives."""
+    torch.manual_seed(8)
+    weights = torch.stack([torch.bincount(torch.randint(0, 40, (64,)), minlength=40) for _ in range(3)])
+    probs = weights.double() / 64  # [3, 40], zeros included
+    logp = probs.log().float()
+    n = 1024
+    u = (torch.arange(n, dtype=torch.float64) + 1 / 3) / n
+    for r in range(3):
+        want = torch.searchsorted(probs[r].cumsum(-1), u, right=True)
+        got = _inverse_cdf(logp[r : r + 1].expand(n, -1), u, block=block)
+        assert torch.equal(got, want)
+        assert torch.all(probs[r][got] > 0)
 
 
 def test_draw_accepts_unnormalized_logprobs_and_none_is_argmax():
