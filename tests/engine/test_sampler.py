@@ -351,6 +351,10 @@ def test_draw_accepts_unnormalized_logprobs_and_none_is_argmax():
     stat, df = chi_square(torch.bincount(toks, minlength=3), torch.tensor([0.0, 0.25, 0.75]))
     assert stat < CHI2_999[df]
     assert draw_from_logprobs(logp, [None, None]).tolist() == [2, 1]
+    # large log-weights do not overflow
+    big = torch.tensor([[1000.0, NEG_INF, 1000.0 + math.log(3.0)]])
+    toks = torch.cat([draw_from_logprobs(big, [make_generator(s)]) for s in range(400)])
+    assert set(toks.tolist()) == {0, 2}
 
 
 # ---------------------------------------------------------------- empirical frequencies
