@@ -193,8 +193,10 @@ def paged_attention(
     else:
         qp = q.index_select(0, gmeta.q_index).view(B, max_q, H, D)
     qp = qp.transpose(1, 2)  # [B, H, max_q, D]
-    kc = k_pool[gmeta.gather_slots].transpose(1, 2)  # [B, Hkv, max_kv, D]
-    vc = v_pool[gmeta.gather_slots].transpose(1, 2)
+    # index_select on the flat slot list is several times cheaper than 2-D advanced indexing
+    flat = gmeta.gather_slots.view(-1)
+    kc = k_pool.index_select(0, flat).view(B, -1, *k_pool.shape[1:]).transpose(1, 2)  # [B, Hkv, max_kv, D]
+    vc = v_pool.index_select(0, flat).view(B, -1, *v_pool.shape[1:]).transpose(1, 2)
     if kc.dtype != q.dtype:
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
     if softcap is None:
