@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from augury.layers.quant_linear import (
+    INT8_DENSE_MIN_ROWS,
     Int4Linear,
     Int4Parts,
     Int8Linear,
@@ -94,7 +95,7 @@ def test_int4_constant_group_is_exact():
 
 @pytest.mark.parametrize("k,n", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [1, 9])
+@pytest.mark.parametrize("rows", [1, 9, 40])  # 40: the dense (dequantize-slices) path
 def test_int8_forward_matches_dequantized(k, n, dtype, rows):
     lin = _linear(k, n)
     m = Int8Linear.from_linear(lin)
@@ -115,6 +116,18 @@ def test_int4_forward_matches_dequantized(k, n, dtype, rows, group_size):
     y = m(x)
     assert y.dtype == dtype and y.shape == (rows, n)
     _assert_matches(y, _reference(x, m.dequantize(), lin.bias, torch.bfloat16), BF16_TOL)
+
+
+@pytest.mark.parametrize("n", [50, 4000])  # 4000 x 576: several dequantized slices
+def test_int8_dense_path_matches_kernel(n):
+    m = Int8Linear.from_linear(_linear(576, n))
+    x = torch.randn(INT8_DENSE_MIN_ROWS + 3, 576, dtype=torch.bfloat16)
+    dense = m(x)
+    m.dense_min_rows = 10**9
+    kernel = m(x)
+    ref = _reference(x, m.dequantize(), m.bias, torch.bfloat16)
+    _assert_matches(dense, ref, BF16_TOL)
+    _assert_matches(kernel, ref, BF16_TOL)
 
 
 @pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
