@@ -68,13 +68,13 @@ def hf_logits(hf, ids: list[int]) -> torch.Tensor:
 class SimplePool:
     """Per-layer [num_slots, Hkv, D] K/V, NaN-filled so any read of an unwritten slot shows."""
 
-    def __init__(self, model, num_blocks: int, block_size: int, dtype=torch.float32) -> None:
+    def __init__(self, model, num_blocks: int, block_size: int, dtype=torch.float32, device="cpu") -> None:
         cfg = model.cfg
         self.block_size = block_size
         self.group_of_layer = model.kv_group_of_layer()
         shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.k = [torch.full(shape, float("nan"), dtype=dtype) for _ in self.group_of_layer]
-        self.v = [torch.full(shape, float("nan"), dtype=dtype) for _ in self.group_of_layer]
+        self.k = [torch.full(shape, float("nan"), dtype=dtype, device=device) for _ in self.group_of_layer]
+        self.v = [torch.full(shape, float("nan"), dtype=dtype, device=device) for _ in self.group_of_layer]
 
     def poison_block(self, group: str, block: int) -> None:
         lo, hi = block * self.block_size, (block + 1) * self.block_size
@@ -92,7 +92,9 @@ class Driver:
     def __init__(self, model, num_blocks: int = 64, block_size: int = 4, seed: int = 0, release: bool = True):
         self.model = model
         self.bs = block_size
-        self.pool = SimplePool(model, num_blocks, block_size, dtype=model.embed_tokens.weight.dtype)
+        w = model.embed_tokens.weight
+        self.device = w.device
+        self.pool = SimplePool(model, num_blocks, block_size, dtype=w.dtype, device=w.device)
         self.windows = model.kv_group_windows()
         rng = random.Random(seed)
         self.free = {}
@@ -117,9 +119,9 @@ class Driver:
                     t.append(self.free[g].pop())
             specs.append(SeqSpec(num_cached=nc, num_new=len(toks), block_tables={g: list(t) for g, t in tables.items()}))
             ids.extend(toks)
-        meta = build_attention_metadata(specs, self.bs, self.windows, "cpu")
-        hidden = self.model(torch.tensor(ids), meta.positions, meta, self.pool)
-        logits = self.model.compute_logits(hidden)
+        meta = build_attention_metadata(specs, self.bs, self.windows, self.device)
+        hidden = self.model(torch.tensor(ids, device=self.device), meta.positions, meta, self.pool)
+        logits = self.model.compute_logits(hidden).cpu()
         qs = meta.query_start
         for rid, toks in work:
             self.lens[rid] = self.lens.get(rid, 0) + len(toks)
