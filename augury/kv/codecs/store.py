@@ -1,0 +1,40 @@
+"""Encoded per-layer KV storage: one tensor per codec field, indexed by pool slot."""
+
+from __future__ import annotations
+
+import torch
+
+from augury.kv.codecs.base import SideCodec
+
+
+class EncodedStore:
+    """One side (K or V) of one layer: `parts[j]` is [num_slots, *fields[j].shape]."""
+
+    def __init__(self, codec: SideCodec, num_slots: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        codec.bind(head_dim)
+        self.codec = codec
+        self.dtype = dtype  # compute dtype reads come back in
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
+        self.fields = codec.fields(num_kv_heads, head_dim, dtype)
+        self.parts = [torch.zeros((num_slots, *f.shape), dtype=f.dtype, device=device) for f in self.fields]
+
+    @property
+    def rotation(self):
+        return self.codec.rotation
+
+    @property
+    def num_slots(self) -> int:
+        return self.parts[0].shape[0]
+
+    def write(self, slots: torch.Tensor, x: torch.Tensor) -> None:
+        """slots [T] long, x [T, Hkv, D]: encode and store."""
+        for dst, src in zip(self.parts, self.codec.encode(x, self.dtype)):
+            dst.index_copy_(0, slots, src)
+
+    def read(self, slots: torch.Tensor) -> torch.Tensor:
+        """slots [...] long -> [..., Hkv, D] in the compute dtype, in the codec's (rotated) basis."""
+        return self.codec.decode([p[slots] for p in self.parts], self.dtype)
+
+    def nbytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.parts)
