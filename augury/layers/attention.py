@@ -184,6 +184,10 @@ def paged_attention(
     Writes this step's K/V into the pools first, so a request's new tokens see
     each other through the same gather as its cached ones.
     """
+    if not isinstance(k_pool, torch.Tensor):  # an encoded KV codec: encode on write, decode on read
+        from augury.kv.codecs.attention import encoded_paged_attention
+
+        return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
     T, H, D = q.shape
