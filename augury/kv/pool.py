@@ -12,6 +12,7 @@ import torch
 
 from augury.config import ModelConfig
 from augury.kv.block_manager import KVGroup
+from augury.kv.codecs import EncodedStore, KVCodec
 
 _UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -38,18 +39,21 @@ def available_memory_bytes(device: torch.device) -> int:
     return 4 * 1024**3
 
 
-def bytes_per_token_per_layer(cfg: ModelConfig, dtype: torch.dtype) -> int:
+def bytes_per_token_per_layer(cfg: ModelConfig, dtype: torch.dtype, codec: KVCodec | None = None) -> int:
+    """K + V bytes one token costs in one layer: the real encoded bytes (scales included)."""
+    if codec is not None and not codec.is_native:
+        return codec.bytes_per_token_per_layer(cfg.num_kv_heads, cfg.head_dim, dtype)
     return 2 * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_size: int,
-                max_num_seqs: int, max_batched_tokens: int) -> list[KVGroup]:
-    """Split a byte budget into per-group block counts.
+                max_num_seqs: int, max_batched_tokens: int, codec: KVCodec | None = None) -> list[KVGroup]:
+    """Split a byte budget into per-group block counts (blocks sized by the codec's bytes).
 
     The sliding group needs at most window + one prefill chunk per running request,
     so it gets just that; everything else goes to the full-attention group.
     """
-    per_tok = bytes_per_token_per_layer(cfg, dtype)
+    per_tok = bytes_per_token_per_layer(cfg, dtype, codec)
     n_sliding = sum(1 for i in range(cfg.num_layers) if cfg.is_sliding(i))
     n_full = cfg.num_layers - n_sliding
     groups: list[KVGroup] = []
@@ -75,24 +79,36 @@ def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_s
 
 @dataclass
 class KVPool:
-    k: list[torch.Tensor]  # per layer [num_slots, Hkv, D]
-    v: list[torch.Tensor]
+    # per layer [num_slots, Hkv, D] in the compute dtype, or an EncodedStore when the
+    # pool's codec is not native (attention branches on the type)
+    k: list[torch.Tensor | EncodedStore]
+    v: list[torch.Tensor | EncodedStore]
     group_of_layer: list[str]
     block_size: int
+    codec: KVCodec | None = None  # None = native
 
     @classmethod
     def allocate(cls, cfg: ModelConfig, groups: list[KVGroup], block_size: int,
-                 dtype: torch.dtype, device: torch.device) -> "KVPool":
+                 dtype: torch.dtype, device: torch.device, codec: KVCodec | None = None) -> "KVPool":
+        """Sliding-window layers use the same codec as full ones (their slots are read the same way)."""
         by_name = {g.name: g for g in groups}
+        encoded = codec is not None and not codec.is_native
+        if encoded:
+            codec.bind(cfg.head_dim)
         ks, vs, names = [], [], []
         for i in range(cfg.num_layers):
             name = "sliding" if cfg.is_sliding(i) else "full"
             slots = by_name[name].num_blocks * block_size
-            shape = (slots, cfg.num_kv_heads, cfg.head_dim)
-            ks.append(torch.zeros(shape, dtype=dtype, device=device))
-            vs.append(torch.zeros(shape, dtype=dtype, device=device))
+            if encoded:
+                ks.append(EncodedStore(codec.key, slots, cfg.num_kv_heads, cfg.head_dim, dtype, device))
+                vs.append(EncodedStore(codec.value, slots, cfg.num_kv_heads, cfg.head_dim, dtype, device))
+            else:
+                shape = (slots, cfg.num_kv_heads, cfg.head_dim)
+                ks.append(torch.zeros(shape, dtype=dtype, device=device))
+                vs.append(torch.zeros(shape, dtype=dtype, device=device))
             names.append(name)
-        return cls(ks, vs, names, block_size)
+        return cls(ks, vs, names, block_size, codec if encoded else None)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        return sum(t.nbytes() if isinstance(t, EncodedStore) else t.numel() * t.element_size()
+                   for t in self.k + self.v)
