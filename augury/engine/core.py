@@ -167,8 +167,11 @@ class EngineCore:
         if not rows:
             return tokens, lps
         # the first row of each sampled request's window
-        first_rows = torch.tensor([row_start[i] for i in owners], dtype=torch.long)
-        sel = logits if len(owners) == logits.shape[0] else logits.index_select(0, first_rows.to(logits.device))
+        first = [row_start[i] for i in owners]
+        if first == list(range(logits.shape[0])):
+            sel = logits
+        else:
+            sel = logits.index_select(0, torch.tensor(first, dtype=torch.long, device=logits.device))
         out = sample(sel, rows)
         ids = out.token_ids.tolist()
         if out.logprobs is not None:

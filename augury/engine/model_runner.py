@@ -41,10 +41,13 @@ class ModelRunner:
         ids: list[int] = []
         specs: list[SeqSpec] = []
         rows: list[int] = []
-        row_start: list[int] = []
-        num_rows: list[int] = []
+        row_start = [-1] * len(out.seqs)
+        num_rows = [0] * len(out.seqs)
+        # single-token decodes first: attention then runs them unpadded (layers/attention.py)
+        order = sorted(range(len(out.seqs)), key=lambda i: out.seqs[i].num_new + out.seqs[i].num_draft != 1)
         offset = 0
-        for s in out.seqs:
+        for i in order:
+            s = out.seqs[i]
             req = s.request
             start = req.num_computed
             toks = req.all_ids[start:start + s.num_new] + req.draft_ids[:s.num_draft]
@@ -52,14 +55,11 @@ class ModelRunner:
             specs.append(SeqSpec(num_cached=start, num_new=len(toks),
                                  block_tables=self.blocks.block_tables(req.request_id)))
             if s.sample:
-                row_start.append(len(rows))
+                row_start[i] = len(rows)
                 k = 1 + s.num_draft
                 first = offset + s.num_new - 1
                 rows.extend(range(first, first + k))
-                num_rows.append(k)
-            else:
-                row_start.append(-1)
-                num_rows.append(0)
+                num_rows[i] = k
             offset += len(toks)
         meta = build_attention_metadata(specs, self.pool.block_size, self.windows, self.device)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)

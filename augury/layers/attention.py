@@ -14,6 +14,7 @@ tensor ops per layer: write K/V, gather, one SDPA call for the whole batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -46,6 +47,9 @@ class GroupAttnMeta:
     # None when every request has max_q new tokens (a plain view suffices)
     q_index: torch.Tensor | None
     out_index: torch.Tensor | None
+    # a step mixing single-token decodes with longer windows is split in two segments
+    # (flat rows [lo, hi) each) so decodes are not padded to the longest window: (lo, hi, meta)
+    parts: list[tuple[int, int, "GroupAttnMeta"]] | None = None
     _bias: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
@@ -80,9 +84,31 @@ def build_attention_metadata(
     windows: dict[str, int | None],
     device: torch.device | str,
 ) -> AttentionMetadata:
-    """Host-side, once per step. `windows` maps each group name to its window (None = full)."""
+    """Host-side, once per step. `windows` maps each group name to its window (None = full).
+
+    When the step starts with single-token decodes followed by longer windows (the
+    runner orders it so), attention runs as two segments: the decodes unpadded, the
+    rest padded to its own longest window."""
     if not seqs:
         raise AttentionMetadataError("a step needs at least one request")
+    meta = _build(seqs, block_size, windows, device)
+    n_dec = 0
+    while n_dec < len(seqs) and seqs[n_dec].num_new == 1:
+        n_dec += 1
+    if 0 < n_dec < len(seqs):
+        head = _build(seqs[:n_dec], block_size, windows, device)
+        tail = _build(seqs[n_dec:], block_size, windows, device)
+        for g, gm in meta.groups.items():
+            gm.parts = [(0, n_dec, head.groups[g]), (n_dec, meta.num_tokens, tail.groups[g])]
+    return meta
+
+
+def _build(
+    seqs: list[SeqSpec],
+    block_size: int,
+    windows: dict[str, int | None],
+    device: torch.device | str,
+) -> AttentionMetadata:
     B = len(seqs)
     nc = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=B)
     nn_ = np.fromiter((s.num_new for s in seqs), dtype=np.int64, count=B)
@@ -190,6 +216,25 @@ def paged_attention(
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
+    return attend(q, lambda slots: k_pool.index_select(0, slots), lambda slots: v_pool.index_select(0, slots),
+                  gmeta, scale, softcap)
+
+
+Reader = Callable[[torch.Tensor], torch.Tensor]  # flat slots [S] -> rows [S, Hkv, D]
+
+
+def attend(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: GroupAttnMeta, scale: float,
+           softcap: float | None) -> torch.Tensor:
+    """Attention of q [T, H, D] over the slots `gmeta` gathers, read through `read_k/read_v`
+    (a plain pool or a KV codec that decodes on read). -> [T, H, D]"""
+    if gmeta.parts is None:
+        return _attend_segment(q, read_k, read_v, gmeta, scale, softcap)
+    return torch.cat([_attend_segment(q[lo:hi], read_k, read_v, part, scale, softcap)
+                      for lo, hi, part in gmeta.parts])
+
+
+def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: GroupAttnMeta, scale: float,
+                    softcap: float | None) -> torch.Tensor:
     T, H, D = q.shape
     B, max_q = gmeta.num_seqs, gmeta.max_q
     if gmeta.q_index is None:
@@ -197,10 +242,12 @@ def paged_attention(
     else:
         qp = q.index_select(0, gmeta.q_index).view(B, max_q, H, D)
     qp = qp.transpose(1, 2)  # [B, H, max_q, D]
-    # index_select on the flat slot list is several times cheaper than 2-D advanced indexing
+    # one index_select over the flat slot list: several times cheaper than 2-D indexing
     flat = gmeta.gather_slots.view(-1)
-    kc = k_pool.index_select(0, flat).view(B, -1, *k_pool.shape[1:]).transpose(1, 2)  # [B, Hkv, max_kv, D]
-    vc = v_pool.index_select(0, flat).view(B, -1, *v_pool.shape[1:]).transpose(1, 2)
+    kc = read_k(flat)
+    kc = kc.view(B, -1, *kc.shape[1:]).transpose(1, 2)  # [B, Hkv, max_kv, D]
+    vc = read_v(flat)
+    vc = vc.view(B, -1, *vc.shape[1:]).transpose(1, 2)
     if kc.dtype != q.dtype:
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
     if softcap is None:

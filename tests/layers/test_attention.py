@@ -130,6 +130,8 @@ def reference(q_new, k_hist, v_hist, nc, window, scale, softcap):
         (LENS, 5, 2.0),
         ([(4, 1), (0, 1), (11, 1)], None, None),  # uniform decode
         ([(4, 3), (0, 3), (11, 3)], 4, None),  # uniform verify windows
+        ([(4, 1), (9, 1), (0, 6), (3, 2)], None, None),  # decodes first: two segments
+        ([(12, 1), (2, 1), (5, 4), (0, 7)], 5, None),  # two segments, sliding
     ],
 )
 def test_paged_attention_matches_dense_reference(lens, window, softcap):
@@ -156,6 +158,8 @@ def test_paged_attention_matches_dense_reference(lens, window, softcap):
         k_new.append(k_all[nc:])
         v_new.append(v_all[nc:])
     meta = build_attention_metadata(specs, BS, {group: window}, "cpu")
+    n_dec = next((i for i, (_, nn) in enumerate(lens) if nn != 1), len(lens))
+    assert (meta.groups[group].parts is not None) == (0 < n_dec < len(lens))
     out = paged_attention(
         torch.cat(q_new), torch.cat(k_new), torch.cat(v_new), pool.k, pool.v,
         meta.groups[group], scale, softcap,
