@@ -206,6 +206,23 @@ class EngineConfig:
     spec_adaptive: bool = True
     ngram_min: int = 1
     ngram_max: int = 4
+    # KV cache codec (mlx-lm's flag names): --kv-bits N = affine intN; --kv-quant turbo[:k8v3] wins
+    kv_bits: int | None = None
+    kv_group_size: int | None = None  # default 64 (affine), 32 (turbo keys)
+    quantized_kv_start: int = 0  # tokens kept native before encoding starts
+    kv_quant: str | None = None  # native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3...]
+
+    def kv_codec(self):
+        """The server's default KV codec (augury.kv.codecs.KVCodec)."""
+        from augury.kv.codecs import codec_from_flags
+
+        return codec_from_flags(self.kv_bits, self.kv_group_size, self.kv_quant, self.quantized_kv_start)
+
+    @property
+    def kv_codec_id(self) -> str | None:
+        """The codec part of the prefix-cache namespace; None for native (the dtype names it)."""
+        c = self.kv_codec()
+        return None if c.is_native else c.id
 
     def validate(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -228,3 +245,13 @@ class EngineConfig:
             raise ConfigError("--num-draft-tokens must be in 1..16")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError("ngram sizes need 1 <= min <= max")
+        from augury.kv.codecs import CodecError
+
+        try:
+            codec = self.kv_codec()
+        except CodecError as e:
+            raise ConfigError(str(e)) from None
+        if codec.start and not codec.is_native:
+            # the paged pool stores one precision per pool; a native head needs per-block precision
+            raise ConfigError("--quantized-kv-start > 0 is not supported yet: every token of an encoded "
+                              "pool is encoded; drop the flag (or use the native codec)")

@@ -67,14 +67,17 @@ class Engine:
         cfg = loaded.config
         max_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         budget = kv_budget_bytes(config.kv_budget, loaded.device)
+        self.kv_codec = config.kv_codec()
+        self.kv_codec.check_head_dim(cfg.head_dim)  # CodecError (a ValueError) names the fix at start-up
+        # blocks are sized by the codec's real encoded bytes, so the budget buys more of them
         groups = plan_groups(cfg, loaded.dtype, budget, config.block_size, config.max_num_seqs,
-                             config.max_num_batched_tokens)
+                             config.max_num_batched_tokens, self.kv_codec)
         self.blocks = BlockManager(groups, config.block_size, config.enable_prefix_caching)
-        self.pool = KVPool.allocate(cfg, groups, config.block_size, loaded.dtype, loaded.device)
+        self.pool = KVPool.allocate(cfg, groups, config.block_size, loaded.dtype, loaded.device, self.kv_codec)
         full = next((g for g in groups if g.window is None), groups[0])
         # one request can never use more blocks than its group has
         self.max_model_len = min(max_len, (full.num_blocks - 1) * config.block_size)
-        self.namespace = f"{loaded.fingerprint}:{loaded.dtype}:{config.weights}"
+        self.namespace = f"{loaded.fingerprint}:{loaded.dtype}:{config.weights}:{self.kv_codec.id}"
         sched_cfg = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.blocks, self.namespace)
         self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
@@ -101,6 +104,7 @@ class Engine:
                request_id: str | None = None) -> RequestHandle:
         params = params or SamplingParams()
         params.validate()
+        self._check_kv(params)
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("prompt: must contain at least one token")
@@ -142,6 +146,19 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+
+    def _check_kv(self, params: SamplingParams) -> None:
+        """A request's `kv_cache` must name the pool's codec: one pool stores one codec today,
+        and silently serving another precision would break invariant 6."""
+        if params.kv_cache is None:
+            return
+        from augury.kv.codecs import codec_from_request
+
+        want = codec_from_request(params.kv_cache, self.kv_codec)  # CodecError is a ValueError -> 400
+        if want.id != self.kv_codec.id:
+            raise ValueError(f"kv_cache: this server stores KV as {self.kv_codec.name} ({self.kv_codec.id}); "
+                             f"per-request codecs other than the server's are not supported yet "
+                             f"(asked for {want.id}); restart with --kv-quant/--kv-bits to change it")
 
     def _spec_for(self, params: SamplingParams) -> tuple[str | None, int]:
         """The request's speculative method (None = off) and its draft cap."""
@@ -206,6 +223,7 @@ class Engine:
             "kv_blocks_total": self.blocks.num_total_blocks(),
             "kv_blocks_free": self.blocks.num_free_blocks(),
             "kv_block_size": self.blocks.block_size,
+            "kv_codec": self.kv_codec.id,
             "prefix_cache_hit_tokens": self.blocks.prefix_hit_tokens,
             "prompt_tokens_total": c.prompt_tokens_total,
             "generation_tokens_total": c.generation_tokens_total,

@@ -38,6 +38,9 @@ class SamplingParams:
     # speculative decoding for this request: None = the engine default, False = off,
     # {"method": "ngram" | "draft-model" | "layerskip", "num_draft_tokens": N}
     speculative: dict | bool | None = None
+    # KV cache codec for this request: None = the server's; {"codec": "native"|"affine"|"turbo",
+    # "key_bits", "value_bits", "group_size", "start", "rotate_keys"}
+    kv_cache: dict | None = None
 
     @property
     def greedy(self) -> bool:
