@@ -223,6 +223,11 @@ class EngineConfig:
         """The codec part of the prefix-cache namespace; None for native (the dtype names it)."""
         c = self.kv_codec()
         return None if c.is_native else c.id
+    # prefix cache: RAM budget for finished requests' blocks, SSD tier (off without a dir)
+    prompt_cache_bytes: str | int | None = None  # None: bounded by the KV pool only
+    ssd_cache_dir: str | None = None
+    ssd_cache_bytes: str | int = "16GiB"
+    ssd_persist_before_evict: bool = True
 
     def validate(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -255,3 +260,12 @@ class EngineConfig:
             # the paged pool stores one precision per pool; a native head needs per-block precision
             raise ConfigError("--quantized-kv-start > 0 is not supported yet: every token of an encoded "
                               "pool is encoded; drop the flag (or use the native codec)")
+        for flag, val in (("--prompt-cache-bytes", self.prompt_cache_bytes), ("--ssd-cache-bytes", self.ssd_cache_bytes)):
+            if val is None or isinstance(val, int):
+                continue
+            from augury.kv.pool import parse_bytes
+
+            try:
+                parse_bytes(str(val))
+            except ValueError:
+                raise ConfigError(f"{flag} {val!r}: give bytes like 2GiB or 512MB") from None

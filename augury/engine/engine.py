@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
+from augury.cache.setup import attach_prefix_cache, engine_namespace
 from augury.config import EngineConfig
 from augury.engine.core import EngineCore
 from augury.engine.errors import EngineFull
@@ -77,13 +78,16 @@ class Engine:
         full = next((g for g in groups if g.window is None), groups[0])
         # one request can never use more blocks than its group has
         self.max_model_len = min(max_len, (full.num_blocks - 1) * config.block_size)
-        self.namespace = f"{loaded.fingerprint}:{loaded.dtype}:{config.weights}:{self.kv_codec.id}"
+        self.cache_namespace = engine_namespace(loaded, config)  # model, tokenizer, KV codec, weights
+        self.namespace = self.cache_namespace.key()
         sched_cfg = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.blocks, self.namespace)
         self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
         self.drafters = build_drafters(self, config)
+        # RAM budget + SSD tier; wraps drafters with own pools so their KV is cached too
+        self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
         if self.drafters:
             self.core.spec = SpecCoordinator(self.drafters, DraftPolicy(
                 max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive))
@@ -234,7 +238,22 @@ class Engine:
             "spec_drafted_total": self.core.spec.totals["drafted"] if self.core.spec else 0,
             "spec_accepted_total": self.core.spec.totals["accepted"] if self.core.spec else 0,
             "spec_rounds_total": self.core.spec.totals["rounds"] if self.core.spec else 0,
+            **self.cache_stats(),
         }
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Prefix-cache counters (RAM tier, SSD tier) as flat `prefix_cache_*` keys."""
+        if self.prefix_cache is None:
+            return {}
+        st = self.prefix_cache.stats()
+        out = {f"prefix_cache_{k}": v for k, v in st.__dict__.items() if k != "ssd" and v is not None}
+        out.update({f"prefix_cache_ssd_{k}": v for k, v in (st.ssd or {}).items()})
+        return out
+
+    def flush_cache(self, timeout: float | None = 60.0) -> dict[str, Any]:
+        """Wait for pending SSD writes (any thread); returns whether it finished and the counters."""
+        done = self.prefix_cache.flush(timeout) if self.prefix_cache is not None else True
+        return {"flushed": done, **self.cache_stats()}
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Block until no request is queued or running (tests, benchmarks)."""
@@ -246,6 +265,8 @@ class Engine:
         self._stop.set()
         self._commands.put(("stop", None))
         self._thread.join(timeout=10)
+        if self.prefix_cache is not None:
+            self.prefix_cache.close()  # finish queued SSD writes
 
     def __enter__(self) -> "Engine":
         return self

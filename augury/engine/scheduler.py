@@ -62,6 +62,8 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        if req.finish_reason in ("stop", "length") and self.blocks.has(req.request_id):
+            self.commit(req)  # the last step's tokens: publish their blocks before release
         self.blocks.free(req.request_id)
 
     def has_work(self) -> bool:

@@ -1,7 +1,9 @@
 """Paged KV block manager: block ids, ref counts, prefix hashes, trim.
 
 Pure bookkeeping (no torch): it decides which slots of the KV pool each
-request owns; the pool tensors live in `kv/pool.py`.
+request owns; the pool tensors live in `kv/pool.py`, and anything that moves
+bytes (SSD restore, write-behind, copy-on-write) goes through the `CacheTier`
+hooks that `augury/cache` attaches.
 
 A model may have several KV *groups* (gemma3: "full" layers and "sliding"
 layers). Each group has its own pool of blocks and each request one block
@@ -11,8 +13,11 @@ window while full-attention layers keep theirs.
 Prefix sharing: every full block of confirmed tokens gets a chained hash
 h_i = H(h_{i-1}, tokens of block i) seeded by a namespace. Blocks whose last
 owner finished stay resident, keyed by that hash, until their slot is needed
-(evicted least recently released first; a finished request releases its
-tail first so ancestors outlive descendants).
+or the RAM budget (`set_cache_limit`) is exceeded (evicted least recently
+released first; a finished request releases its tail first so ancestors
+outlive descendants). A finished request's last, partial block is kept too
+(RAM only): a later prompt that matches its first m tokens gets a private copy
+of those m rows (copy-on-write) instead of recomputing them.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 NULL_BLOCK = -1  # a released sliding-window block in a table
+
+Tokens = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -34,17 +41,52 @@ class KVGroup:
     window: int | None = None  # sliding window (tokens) or None for full attention
 
 
+def seed_hash(namespace: str) -> bytes:
+    """The chain's h_{-1}: the namespace alone."""
+    return hashlib.blake2b(namespace.encode(), digest_size=16).digest()
+
+
 def chain_hashes(token_ids: Sequence[int], block_size: int, namespace: str, start: bytes | None = None,
                  start_block: int = 0, prev: list[bytes] | None = None) -> list[bytes]:
     """Hashes of every full block of `token_ids`; block i's hash covers blocks 0..i."""
     out = list(prev or [])
-    h = out[-1] if out else (start or hashlib.blake2b(namespace.encode(), digest_size=16).digest())
+    h = out[-1] if out else (start or seed_hash(namespace))
     n_full = len(token_ids) // block_size
     arr = np.asarray(token_ids[: n_full * block_size], dtype=np.int64)
     for i in range(len(out), n_full):
         h = hashlib.blake2b(h + arr[i * block_size:(i + 1) * block_size].tobytes(), digest_size=16).digest()
         out.append(h)
     return out
+
+
+class CacheTier(Protocol):
+    """What `augury/cache` plugs into the block manager (engine thread only)."""
+
+    def has(self, namespace: str, group: str, h: bytes) -> bool:
+        """A lower tier (SSD) holds this block."""
+
+    def restore(self, namespace: str, group: str, h: bytes, block: int) -> bool:
+        """Copy the lower tier's rows for `h` into pool block `block`; False if unusable."""
+
+    def on_publish(self, namespace: str, group: str, items: list[tuple[int, bytes, Tokens]]) -> None:
+        """Blocks (block id, hash, tokens) just became shareable: write-through point."""
+
+    def on_evict(self, namespace: str, group: str, block: int, h: bytes, tokens: Tokens) -> None:
+        """A cached block is about to lose its slot (persist-before-evict point)."""
+
+    def copy_rows(self, group: str, src: int, dst: int, num_rows: int) -> None:
+        """Copy the first `num_rows` token rows of block `src` into block `dst` (all layers)."""
+
+
+@dataclass
+class _Meta:
+    """What a cached block holds: enough to re-key, re-parent and persist it."""
+
+    h: bytes
+    parent: bytes
+    tokens: Tokens
+    namespace: str
+    partial: bool = False  # a finished request's last, incomplete block (RAM only)
 
 
 class _GroupPool:
@@ -54,23 +96,47 @@ class _GroupPool:
         self.group = group
         self.ref = [0] * group.num_blocks
         self.hash_of: list[bytes | None] = [None] * group.num_blocks
+        self.meta: list[_Meta | None] = [None] * group.num_blocks
         self.free_plain: list[int] = list(range(group.num_blocks - 1, -1, -1))  # pop() from the end
         self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 but hashed; oldest first
-        self.cached: dict[bytes, int] = {}
+        self.cached: dict[bytes, int] = {}  # full blocks by chained hash
+        self.partials: dict[bytes, int] = {}  # partial blocks by H(parent, tokens)
+        self.children: dict[bytes, set[int]] = {}  # parent hash -> cached blocks (full or partial)
+        self.limit: int | None = None  # most evictable blocks kept (RAM byte budget)
+        self.on_evict: Callable[[int, _Meta], None] | None = None
+        self.evicted = 0
 
     @property
     def num_free(self) -> int:
         return len(self.free_plain) + len(self.evictable)
 
+    def _forget(self, b: int) -> None:
+        """Drop block b's cache identity (it keeps its ref count)."""
+        m = self.meta[b]
+        if m is not None:
+            if m.partial:
+                self.partials.pop(m.h, None)
+            elif self.cached.get(m.h) == b:
+                del self.cached[m.h]
+            kids = self.children.get(m.parent)
+            if kids is not None:
+                kids.discard(b)
+                if not kids:
+                    del self.children[m.parent]
+        self.meta[b] = None
+        self.hash_of[b] = None
+
+    def _evict_oldest(self) -> int:
+        b, _ = self.evictable.popitem(last=False)
+        m = self.meta[b]
+        if m is not None and not m.partial and self.on_evict is not None:
+            self.on_evict(b, m)
+        self._forget(b)
+        self.evicted += 1
+        return b
+
     def take_free(self) -> int:
-        if self.free_plain:
-            b = self.free_plain.pop()
-        else:
-            b, _ = self.evictable.popitem(last=False)
-            h = self.hash_of[b]
-            if h is not None and self.cached.get(h) == b:
-                del self.cached[h]
-            self.hash_of[b] = None
+        b = self.free_plain.pop() if self.free_plain else self._evict_oldest()
         self.ref[b] = 1
         return b
 
@@ -79,20 +145,49 @@ class _GroupPool:
             self.evictable.pop(b, None)
         self.ref[b] += 1
 
+    def _is_kept(self, b: int) -> bool:
+        m = self.meta[b]
+        return m is not None and (self.partials.get(m.h) == b if m.partial else self.cached.get(m.h) == b)
+
     def release(self, b: int) -> None:
         self.ref[b] -= 1
         assert self.ref[b] >= 0, "block released twice"
         if self.ref[b] == 0:
-            if self.hash_of[b] is not None and self.cached.get(self.hash_of[b]) == b:
+            if self._is_kept(b):
                 self.evictable[b] = None
+                self.enforce_limit()
             else:
-                self.hash_of[b] = None
+                self._forget(b)
                 self.free_plain.append(b)
 
-    def publish(self, b: int, h: bytes) -> None:
+    def enforce_limit(self) -> None:
+        while self.limit is not None and len(self.evictable) > self.limit:
+            self.free_plain.append(self._evict_oldest())
+
+    def publish(self, b: int, h: bytes, parent: bytes = b"", tokens: Tokens = (), namespace: str = "") -> bool:
+        """Make b findable by h; False if b already has an identity or h has a block."""
         if self.hash_of[b] is None and h not in self.cached:
             self.hash_of[b] = h
             self.cached[h] = b
+            self.meta[b] = _Meta(h, parent, tokens, namespace)
+            self.children.setdefault(parent, set()).add(b)
+            return True
+        return False
+
+    def keep_partial(self, b: int, parent: bytes, tokens: Tokens, namespace: str) -> None:
+        pk = hashlib.blake2b(b"partial" + parent + np.asarray(tokens, dtype=np.int64).tobytes(),
+                             digest_size=16).digest()
+        if self.hash_of[b] is None and pk not in self.partials:
+            self.hash_of[b] = pk
+            self.partials[pk] = b
+            self.meta[b] = _Meta(pk, parent, tokens, namespace, partial=True)
+            self.children.setdefault(parent, set()).add(b)
+
+    def clear_cache(self) -> None:
+        while self.evictable:
+            b, _ = self.evictable.popitem(last=False)
+            self._forget(b)
+            self.free_plain.append(b)
 
 
 @dataclass
@@ -100,6 +195,10 @@ class _ReqBlocks:
     tables: dict[str, list[int]]
     hashes: list[bytes] = field(default_factory=list)
     num_published: int = 0  # blocks whose hash was published
+    namespace: str = ""
+    # latest commit: tokens and how many are confirmed (for keeping the partial tail at free)
+    last_ids: Sequence[int] = ()
+    num_confirmed: int = 0
 
 
 class BlockManager:
@@ -112,6 +211,25 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.reqs: dict[str, _ReqBlocks] = {}
         self.prefix_hit_tokens = 0  # counter: tokens served from shared blocks
+        self.partial_hit_tokens = 0  # counter: of those, tokens copied from partial matches
+        self.restored_blocks = 0  # counter: blocks brought back from the lower tier
+        self.tier: CacheTier | None = None
+
+    # ---- cache tier wiring -------------------------------------------------
+    def attach_tier(self, tier: CacheTier | None) -> None:
+        """Hook a lower tier (SSD, write-behind, copy-on-write) under the RAM blocks."""
+        self.tier = tier
+        for name, pool in self.pools.items():
+            if tier is None:
+                pool.on_evict = None
+            else:
+                pool.on_evict = (lambda b, m, n=name: tier.on_evict(m.namespace, n, b, m.h, m.tokens))
+
+    def set_cache_limit(self, group: str, max_blocks: int | None) -> None:
+        """Keep at most `max_blocks` unreferenced cached blocks in `group` (RAM budget)."""
+        pool = self.pools[group]
+        pool.limit = max_blocks
+        pool.enforce_limit()
 
     # ---- queries -------------------------------------------------------
     def num_free_blocks(self, group: str | None = None) -> int:
@@ -121,6 +239,14 @@ class BlockManager:
 
     def num_total_blocks(self) -> int:
         return sum(g.num_blocks for g in self.groups.values())
+
+    def num_cached_blocks(self, group: str | None = None) -> int:
+        """Unreferenced blocks kept for reuse (the RAM tier's content)."""
+        names = [group] if group else list(self.pools)
+        return sum(len(self.pools[n].evictable) for n in names)
+
+    def num_evicted_blocks(self) -> int:
+        return sum(p.evicted for p in self.pools.values())
 
     def block_tables(self, req_id: str) -> dict[str, list[int]]:
         return self.reqs[req_id].tables
@@ -161,42 +287,144 @@ class BlockManager:
             k -= 1
         return 0
 
+    def _restore(self, hashes: list[bytes], k: int, max_blocks: int, token_ids: Sequence[int], max_new: int,
+                 namespace: str) -> None:
+        """Bring blocks k.. of the chain back from the lower tier into RAM (as cached blocks),
+        as far as the tier has them and the pool can spare the room."""
+        tier = self.tier
+        assert tier is not None
+        bs = self.block_size
+
+        def present(name: str, i: int) -> bool:
+            return hashes[i] in self.pools[name].cached or tier.has(namespace, name, hashes[i])
+
+        full = [g for g in self.groups.values() if g.window is None]
+        sliding = [g for g in self.groups.values() if g.window is not None]
+        j = k
+        while j < max_blocks and all(present(g.name, j) for g in full):
+            j += 1
+        while j > k and not all(present(g.name, i) for g in sliding
+                                for i in range(self._first_needed_block(g, j * bs), j)):
+            j -= 1
+        if j == k:
+            return
+        reserve = self._blocks_for(min(len(token_ids), j * bs + max_new)) - j
+        pinned: list[tuple[str, int]] = []  # hold refs so restores cannot evict the chain itself
+        try:
+            for name, g in self.groups.items():
+                pool = self.pools[name]
+                for i in range(self._first_needed_block(g, j * bs), j):
+                    b = pool.cached.get(hashes[i])
+                    if b is not None:
+                        pool.take_cached(b)
+                        pinned.append((name, b))
+                        continue
+                    if pool.num_free - 1 < reserve:
+                        break
+                    b = pool.take_free()
+                    if not tier.restore(namespace, name, hashes[i], b):
+                        pool.release(b)
+                        break
+                    parent = hashes[i - 1] if i else seed_hash(namespace)
+                    pool.publish(b, hashes[i], parent, tuple(token_ids[i * bs:(i + 1) * bs]), namespace)
+                    pinned.append((name, b))
+                    self.restored_blocks += 1
+        finally:
+            for name, b in reversed(pinned):  # descendants first: ancestors stay newest
+                self.pools[name].release(b)
+
+    def _partial_match(self, hashes: list[bytes], k: int, token_ids: Sequence[int],
+                       namespace: str) -> tuple[dict[str, int], int]:
+        """A cached block right after the k matched ones whose first m tokens equal ours:
+        (source block per group, m). m leaves at least one token to compute."""
+        bs = self.block_size
+        want = token_ids[k * bs: min((k + 1) * bs, len(token_ids) - 1)]
+        if not want:
+            return {}, 0
+        parent = hashes[k - 1] if k else seed_hash(namespace)
+        src: dict[str, int] = {}
+        best = bs
+        for name, pool in self.pools.items():
+            top, top_b = 0, -1
+            for b in pool.children.get(parent, ()):
+                toks = pool.meta[b].tokens  # type: ignore[union-attr]
+                m = 0
+                for a, c in zip(toks, want):
+                    if a != c:
+                        break
+                    m += 1
+                if m > top:
+                    top, top_b = m, b
+            if top == 0:
+                return {}, 0
+            src[name] = top_b
+            best = min(best, top)
+        return src, best
+
     # ---- allocation ----------------------------------------------------
+    def _plan(self, hashes: list[bytes], k: int, cached: int, total: int,
+              src: dict[str, int]) -> dict[str, list[int]] | None:
+        plan: dict[str, list[int]] = {}
+        for name, g in self.groups.items():
+            pool = self.pools[name]
+            lo = self._first_needed_block(g, cached)
+            hit = [pool.cached[hashes[i]] for i in range(lo, k)]
+            need = self._blocks_for(total) - k
+            # hit (and copy-source) blocks sitting in the evictable list stop being free once taken
+            reclaim = sum(1 for b in hit if pool.ref[b] == 0) + (1 if name in src and pool.ref[src[name]] == 0 else 0)
+            if need > pool.num_free - reclaim:
+                return None
+            plan[name] = hit
+        return plan
+
     def admit(self, req_id: str, token_ids: Sequence[int], max_new: int, namespace: str = "") -> tuple[int, int] | None:
-        """Start a request: reuse its longest cached prefix, then allocate blocks for
-        up to `max_new` more tokens after it. Returns (cached tokens, new tokens), or
-        None (nothing changed) when the pool cannot hold it now.
+        """Start a request: reuse its longest cached prefix (RAM, else restored from the
+        lower tier, plus a copied partial block), then allocate blocks for up to `max_new`
+        more tokens after it. Returns (cached tokens, new tokens), or None (no blocks
+        taken) when the pool cannot hold it now.
 
         At least one token is always left to compute, so the step yields logits.
         """
         assert req_id not in self.reqs
         bs = self.block_size
+        n = len(token_ids)
+        max_blocks = (n - 1) // bs
         hashes = chain_hashes(token_ids, bs, namespace) if self.enable_prefix_caching else []
-        k = self._match(hashes, (len(token_ids) - 1) // bs) if hashes else 0
-        cached = k * bs
-        num_new = min(len(token_ids) - cached, max_new)
-        total = cached + num_new
-        plan: dict[str, list[int]] = {}
-        for name, g in self.groups.items():
-            lo = self._first_needed_block(g, cached)
-            hit = [self.pools[name].cached[hashes[i]] for i in range(lo, k)]
-            need = self._blocks_for(total) - k
-            # hit blocks sitting in the evictable list stop being free once taken
-            reclaim = sum(1 for b in hit if self.pools[name].ref[b] == 0)
-            if need > self.pools[name].num_free - reclaim:
-                return None
-            plan[name] = hit
+        k = self._match(hashes, max_blocks) if hashes else 0
+        if self.tier is not None and hashes and k < max_blocks:
+            self._restore(hashes, k, max_blocks, token_ids, max_new, namespace)
+            k = self._match(hashes, max_blocks)
+        src, m = ({}, 0)
+        if self.tier is not None and self.enable_prefix_caching:
+            src, m = self._partial_match(hashes, k, token_ids, namespace)
+        plan = None
+        for src, m in ((src, m), ({}, 0)) if m else (({}, 0),):
+            cached = k * bs + m
+            num_new = min(n - cached, max_new)
+            total = cached + num_new
+            plan = self._plan(hashes, k, cached, total, src)
+            if plan is not None:
+                break
+        if plan is None:
+            return None
         tables: dict[str, list[int]] = {}
         for name, g in self.groups.items():
             pool = self.pools[name]
+            if name in src:
+                pool.take_cached(src[name])  # pin the copy source while new blocks are taken
             lo = self._first_needed_block(g, cached)
             for b in plan[name]:
                 pool.take_cached(b)
             t = [NULL_BLOCK] * lo + plan[name]
             t += [pool.take_free() for _ in range(self._blocks_for(total) - k)]
             tables[name] = t
-        self.reqs[req_id] = _ReqBlocks(tables=tables, hashes=hashes[:k], num_published=k)
+            if name in src:
+                assert self.tier is not None
+                self.tier.copy_rows(name, src[name], t[k], m)
+                pool.release(src[name])
+        self.reqs[req_id] = _ReqBlocks(tables=tables, hashes=hashes[:k], num_published=k, namespace=namespace)
         self.prefix_hit_tokens += cached
+        self.partial_hit_tokens += m
         return cached, num_new
 
     def can_grow(self, req_id: str, num_tokens: int) -> bool:
@@ -237,12 +465,23 @@ class BlockManager:
             n_full = num_confirmed // bs
             if n_full > len(r.hashes):
                 r.hashes = chain_hashes(token_ids[: n_full * bs], bs, namespace, prev=r.hashes)
-            for i in range(r.num_published, n_full):
+            if n_full > r.num_published:
+                seed = seed_hash(namespace) if r.num_published == 0 else b""
                 for n in self.groups:
-                    b = r.tables[n][i]
-                    if b != NULL_BLOCK:
-                        self.pools[n].publish(b, r.hashes[i])
+                    pool = self.pools[n]
+                    fresh: list[tuple[int, bytes, Tokens]] = []
+                    for i in range(r.num_published, n_full):
+                        b = r.tables[n][i]
+                        if b == NULL_BLOCK:
+                            continue
+                        toks = tuple(token_ids[i * bs:(i + 1) * bs])
+                        if pool.publish(b, r.hashes[i], r.hashes[i - 1] if i else seed, toks, namespace):
+                            fresh.append((b, r.hashes[i], toks))
+                    if fresh and self.tier is not None:
+                        self.tier.on_publish(namespace, n, fresh)
             r.num_published = max(r.num_published, n_full)
+            r.namespace = namespace
+            r.last_ids, r.num_confirmed = token_ids, num_confirmed
         for n, g in self.groups.items():
             if g.window is None:
                 continue
@@ -254,10 +493,19 @@ class BlockManager:
                     t[i] = NULL_BLOCK
 
     def free(self, req_id: str) -> None:
-        """Release every block of a request (tail first, so ancestors are evicted last)."""
+        """Release every block of a request (tail first, so ancestors are evicted last).
+        With a tier attached, its confirmed partial last block is kept for copy-on-write reuse."""
         r = self.reqs.pop(req_id, None)
         if r is None:
             return
+        i = r.num_published
+        tail = tuple(r.last_ids[i * self.block_size: r.num_confirmed])
+        if self.tier is not None and self.enable_prefix_caching and tail and len(r.hashes) >= i:
+            parent = r.hashes[i - 1] if i else seed_hash(r.namespace)
+            for n in self.groups:
+                t = r.tables[n]
+                if i < len(t) and t[i] != NULL_BLOCK and self.pools[n].ref[t[i]] == 1:
+                    self.pools[n].keep_partial(t[i], parent, tail, r.namespace)
         for n in self.groups:
             for b in reversed(r.tables[n]):
                 if b != NULL_BLOCK:
@@ -265,8 +513,4 @@ class BlockManager:
 
     def reset_prefix_cache(self) -> None:
         for pool in self.pools.values():
-            while pool.evictable:
-                b, _ = pool.evictable.popitem(last=False)
-                pool.cached.pop(pool.hash_of[b], None)
-                pool.hash_of[b] = None
-                pool.free_plain.append(b)
+            pool.clear_cache()
