@@ -27,6 +27,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    pc = p.add_argument_group("prefix cache")
+    pc.add_argument("--prompt-cache-bytes", default=None,
+                    help="RAM kept for finished requests' KV blocks (e.g. 2GiB; default: whatever the KV pool holds)")
+    pc.add_argument("--ssd-cache-dir", default=None, help="persist prefix KV blocks here (survives restarts)")
+    pc.add_argument("--ssd-cache-bytes", default="16GiB", help="disk budget of --ssd-cache-dir (LRU by bytes)")
     sp = p.add_argument_group("speculative decoding")
     sp.add_argument("--spec", default="off", choices=["off", "ngram", "draft-model", "layerskip"],
                     help="default method for requests (each request may override or turn it off)")
@@ -45,6 +50,7 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
         progress=not a.quiet, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
         num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
+        prompt_cache_bytes=a.prompt_cache_bytes, ssd_cache_dir=a.ssd_cache_dir, ssd_cache_bytes=a.ssd_cache_bytes,
         **extra,
     )
     cfg.validate()
@@ -164,6 +170,21 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(a: argparse.Namespace) -> int:
+    from augury.cache.admin import clear_dir, dir_stats
+
+    if not a.ssd_cache_dir:
+        print("augury: error: give --ssd-cache-dir DIR", file=sys.stderr)
+        return 2
+    out = dir_stats(a.ssd_cache_dir) if a.action == "stats" else clear_dir(a.ssd_cache_dir)
+    if a.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:<14} {v}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="augury", description="Local LLM inference engine and OpenAI/Anthropic server")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -197,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("pull", help="install a registered model's package")
     pl.add_argument("name")
     pl.set_defaults(func=cmd_pull)
+
+    c = sub.add_parser("cache", help="inspect or clear the SSD prefix cache")
+    c.add_argument("action", choices=["stats", "clear"])
+    c.add_argument("--ssd-cache-dir", default=os.environ.get("AUGURY_SSD_CACHE_DIR"), help="the cache directory")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_cache)
 
     m = sub.add_parser("models", help="list registered models")
     m.add_argument("--json", action="store_true")

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from augury.server import anthropic_routes, openai_routes
+from augury.server import anthropic_routes, openai_routes, routes_admin
 from augury.server.config import ServerConfig
 from augury.server.errors import APIError, error_response, validation_param
 from augury.server.metrics import ServerMetrics
@@ -67,6 +67,7 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
     app.add_exception_handler(Exception, _server_error)
     app.include_router(openai_routes.router)
     app.include_router(anthropic_routes.router)
+    app.include_router(routes_admin.router)
 
     @app.get("/health")
     async def health() -> dict:
