@@ -228,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list registered models")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)
+
+    from augury.bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
     return p
 
 
