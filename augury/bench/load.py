@@ -1,0 +1,88 @@
+"""Load augury and the requested peers for a scenario; a peer that cannot run is skipped with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from augury.bench.model_facts import gguf_facts
+from augury.bench.options import BenchOptions
+from augury.bench.peers.augury_peer import AuguryPeer
+from augury.bench.peers.base import Peer, PeerUnavailable
+from augury.bench.runner import log
+from augury.bench.scenarios import Limit, Setup
+
+
+def model_path(opts: BenchOptions) -> Path:
+    from augury.weights.registry import resolve_model
+
+    return resolve_model(opts.model)
+
+
+def load_peer(name: str, loader: Callable[[], Peer], skipped: dict[str, str]) -> Peer | None:
+    """Run a peer's loader; on PeerUnavailable note why and carry on without it."""
+    try:
+        return loader()
+    except PeerUnavailable as e:
+        log(f"skipping peer {name}: {e}")
+        skipped[name] = str(e)
+        return None
+
+
+def augury_kwargs(opts: BenchOptions, scenario: str) -> dict:
+    kw: dict = dict(device=opts.device, dtype=opts.dtype, weights=opts.weights, threads=opts.threads,
+                    kv_budget=opts.kv_budget)
+    if scenario == "batch":
+        kw["max_num_seqs"] = max(opts.batch_sizes)
+    if scenario == "spec" and "layerskip" in opts.spec_methods:
+        kw.update(spec="layerskip", spec_layers=opts.spec_layers)
+    return kw
+
+
+def build_setup(opts: BenchOptions, scenario: str) -> Setup:
+    torch.set_num_threads(opts.threads)
+    path = model_path(opts)
+    log(f"loading augury ({opts.model}, weights {opts.weights}, {opts.threads} threads)")
+    aug = AuguryPeer.load(opts.model, **augury_kwargs(opts, scenario))
+    tok = aug.engine.tokenizer
+    eos = list(aug.engine.loaded.eos_token_ids)
+    skipped: dict[str, str] = {}
+    peers: dict[str, Peer] = {}
+    is_gguf = path.suffix.lower() == ".gguf"
+    if "llama.cpp" in opts.peers:
+        from augury.bench.peers.llamacpp_peer import LlamaCppPeer
+
+        log(f"loading llama.cpp on {path.name}")
+        p = load_peer("llama.cpp", lambda: LlamaCppPeer.load(path, eos, opts.threads), skipped)
+        if p:
+            peers[p.name] = p
+            if scenario == "spec":
+                for k in opts.pld_tokens:
+                    q = load_peer(f"llama.cpp-pld{k}",
+                                  lambda k=k: LlamaCppPeer.load(path, eos, opts.threads, prompt_lookup=k), skipped)
+                    if q:
+                        peers[q.name] = q
+    if "hf" in opts.peers and scenario != "spec":
+        from augury.bench.peers.hf_peer import HFPeer
+
+        log(f"loading HF transformers on {path.name} (fp32; dequantizing takes a while)")
+        p = load_peer("hf", lambda: HFPeer.load(path, eos, opts.threads), skipped)
+        if p:
+            peers[p.name] = p
+    limit = None
+    if "limit" in opts.peers and scenario != "spec":
+        if is_gguf:
+            limit = Limit(gguf_facts(path), aug.engine.loaded.device)
+        else:
+            skipped["limit"] = "the physical limit is computed from a GGUF file's tensor sizes"
+    return Setup(opts, aug, tok, peers, limit, skipped)
+
+
+def close_setup(s: Setup) -> None:
+    for p in [s.augury, *s.peers.values()]:
+        try:
+            p.close()
+        except Exception:  # closing is best effort at exit
+            pass

@@ -1,0 +1,98 @@
+"""What the numbers were measured on: revision, CPU, threads, and the hardware's own limits
+(memory bandwidth, matmul rate) measured in the same run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+
+def revision() -> str:
+    """Short git revision of the checkout (with '+dirty' when augury/ has uncommitted changes)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "augury"], cwd=root, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device, threads: int) -> dict:
+    info = {
+        "revision": revision(),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    try:
+        import llama_cpp
+
+        info["llama_cpp_python"] = llama_cpp.__version__
+    except ImportError:
+        pass
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int = 5) -> float:
+    """Read bandwidth in bytes/s: best of `iters` sums over a tensor far larger than the caches."""
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    x.sum()
+    _sync(device)
+    best = float("inf")
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        x.sum()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    del x
+    return nbytes / best
+
+
+def measure_matmul(device: torch.device, n: int = 2048, dtype: torch.dtype = torch.float32, iters: int = 3) -> float:
+    """Dense matmul rate in FLOP/s (best of `iters`) at the dtype prefill would run in."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    _sync(device)
+    best = float("inf")
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
