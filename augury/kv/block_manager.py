@@ -288,9 +288,11 @@ class BlockManager:
         return 0
 
     def _restore(self, hashes: list[bytes], k: int, max_blocks: int, token_ids: Sequence[int], max_new: int,
-                 namespace: str) -> None:
+                 namespace: str) -> list[tuple[str, int]]:
         """Bring blocks k.. of the chain back from the lower tier into RAM (as cached blocks),
-        as far as the tier has them and the pool can spare the room."""
+        as far as the tier has them and the pool can spare the room. Returns the chain's
+        blocks it pinned (one ref each, so neither restores nor the RAM limit evict them);
+        the caller releases them."""
         tier = self.tier
         assert tier is not None
         bs = self.block_size
@@ -307,31 +309,28 @@ class BlockManager:
                                 for i in range(self._first_needed_block(g, j * bs), j)):
             j -= 1
         if j == k:
-            return
+            return []
         reserve = self._blocks_for(min(len(token_ids), j * bs + max_new)) - j
-        pinned: list[tuple[str, int]] = []  # hold refs so restores cannot evict the chain itself
-        try:
-            for name, g in self.groups.items():
-                pool = self.pools[name]
-                for i in range(self._first_needed_block(g, j * bs), j):
-                    b = pool.cached.get(hashes[i])
-                    if b is not None:
-                        pool.take_cached(b)
-                        pinned.append((name, b))
-                        continue
-                    if pool.num_free - 1 < reserve:
-                        break
-                    b = pool.take_free()
-                    if not tier.restore(namespace, name, hashes[i], b):
-                        pool.release(b)
-                        break
-                    parent = hashes[i - 1] if i else seed_hash(namespace)
-                    pool.publish(b, hashes[i], parent, tuple(token_ids[i * bs:(i + 1) * bs]), namespace)
+        pinned: list[tuple[str, int]] = []
+        for name, g in self.groups.items():
+            pool = self.pools[name]
+            for i in range(self._first_needed_block(g, j * bs), j):
+                b = pool.cached.get(hashes[i])
+                if b is not None:
+                    pool.take_cached(b)
                     pinned.append((name, b))
-                    self.restored_blocks += 1
-        finally:
-            for name, b in reversed(pinned):  # descendants first: ancestors stay newest
-                self.pools[name].release(b)
+                    continue
+                if pool.num_free - 1 < reserve:
+                    break
+                b = pool.take_free()
+                if not tier.restore(namespace, name, hashes[i], b):
+                    pool.release(b)
+                    break
+                parent = hashes[i - 1] if i else seed_hash(namespace)
+                pool.publish(b, hashes[i], parent, tuple(token_ids[i * bs:(i + 1) * bs]), namespace)
+                pinned.append((name, b))
+                self.restored_blocks += 1
+        return pinned
 
     def _partial_match(self, hashes: list[bytes], k: int, token_ids: Sequence[int],
                        namespace: str) -> tuple[dict[str, int], int]:
@@ -391,9 +390,20 @@ class BlockManager:
         max_blocks = (n - 1) // bs
         hashes = chain_hashes(token_ids, bs, namespace) if self.enable_prefix_caching else []
         k = self._match(hashes, max_blocks) if hashes else 0
+        pinned: list[tuple[str, int]] = []
         if self.tier is not None and hashes and k < max_blocks:
-            self._restore(hashes, k, max_blocks, token_ids, max_new, namespace)
+            pinned = self._restore(hashes, k, max_blocks, token_ids, max_new, namespace)
             k = self._match(hashes, max_blocks)
+        try:
+            return self._admit(req_id, token_ids, max_new, namespace, hashes, k)
+        finally:
+            for name, b in reversed(pinned):  # descendants first: ancestors stay newest
+                self.pools[name].release(b)
+
+    def _admit(self, req_id: str, token_ids: Sequence[int], max_new: int, namespace: str, hashes: list[bytes],
+               k: int) -> tuple[int, int] | None:
+        bs = self.block_size
+        n = len(token_ids)
         src, m = ({}, 0)
         if self.tier is not None and self.enable_prefix_caching:
             src, m = self._partial_match(hashes, k, token_ids, namespace)
