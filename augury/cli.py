@@ -27,6 +27,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--compile", action="store_true",
+                   help="torch.compile the forward (faster decode; the first start compiles for a minute)")
     pc = p.add_argument_group("prefix cache")
     pc.add_argument("--prompt-cache-bytes", default=None,
                     help="RAM kept for finished requests' KV blocks (e.g. 2GiB; default: whatever the KV pool holds)")
@@ -48,7 +50,7 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         model=a.model, device=a.device, dtype=a.dtype, weights=a.weights, kv_budget=a.kv_budget,
         block_size=a.block_size, max_num_seqs=a.max_batch, max_num_batched_tokens=a.max_batched_tokens,
         max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
-        progress=not a.quiet, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
+        progress=not a.quiet, compile=a.compile, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
         num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
         prompt_cache_bytes=a.prompt_cache_bytes, ssd_cache_dir=a.ssd_cache_dir, ssd_cache_bytes=a.ssd_cache_bytes,
         **extra,

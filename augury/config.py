@@ -195,6 +195,7 @@ class EngineConfig:
     max_queue: int = 256
     enable_prefix_caching: bool = True
     threads: int | None = None  # torch intra-op threads on CPU
+    compile: bool = False  # torch.compile the model forward (dynamic shapes; slow first start)
     seed: int | None = None  # base seed for requests without one
     progress: bool = True
     # speculative decoding defaults (a request may override or turn it off)

@@ -61,13 +61,16 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
         torch.set_num_threads(cfg.threads)
     ckpt = load_checkpoint(cfg.model, progress=cfg.progress)
     mcfg = ModelConfig.from_hf_dict(ckpt.config)
-    model = build_model(mcfg, device, dtype)
+    model = build_model(mcfg, device, dtype, max_positions=cfg.max_model_len)
     model.load_weights(ckpt.tensors())
     if cfg.weights != "native":
         from augury.weights.quantize import quantize_model
 
         quantize_model(model, cfg.weights)
     model.eval()
+    if cfg.compile:
+        # one graph for every step shape (dynamic=True); compute_logits stays eager
+        model.forward = torch.compile(model.forward, dynamic=True)
 
     tf = ckpt.tokenizer_files
     if tf["kind"] == "hf_dir":

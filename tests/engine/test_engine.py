@@ -143,3 +143,15 @@ def test_bad_input_is_rejected_clearly(engine):
         engine.submit([1, 2], SamplingParams(temperature=-1))
     with pytest.raises(ValueError, match="context window"):
         engine.submit([5] * (engine.max_model_len + 1), GREEDY)
+
+
+@pytest.mark.slow
+def test_compiled_forward_gives_the_same_tokens(engine, tiny_llama_dir):
+    ps = prompts(4)
+    ref = [engine.generate(p, GREEDY).token_ids for p in ps]
+    c = make_engine(tiny_llama_dir, compile=True)
+    try:
+        assert [r.token_ids for r in c.generate_batch(ps, GREEDY)] == ref
+        assert [c.generate(p, GREEDY).token_ids for p in ps] == ref
+    finally:
+        c.shutdown()
