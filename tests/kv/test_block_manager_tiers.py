@@ -148,3 +148,22 @@ def test_every_block_returns_with_tier_and_partials():
     assert m.num_free_blocks() == 8
     m.reset_prefix_cache()
     assert len(m.pools["full"].free_plain) == 8 and not m.pools["full"].children
+
+
+def test_restore_with_a_sliding_group_brings_back_only_the_window():
+    tier = FakeTier()
+    m = BlockManager([KVGroup("full", 16), KVGroup("sliding", 16, 6)], BS, True)
+    m.attach_tier(tier)
+    toks = list(range(20))
+    run(m, "a", toks)
+    m.reset_prefix_cache()
+    tier.restored.clear()
+    cached, _ = m.admit("b", toks + [9], 1000)
+    assert cached == 20
+    t = m.block_tables("b")
+    hs = chain_hashes(toks, BS, "")
+    # full layers need every block; sliding layers only those the next query can see
+    assert tier.restored.count(hs[0]) == 1 and tier.restored.count(hs[4]) == 2
+    assert t["sliding"][0] == -1 and t["sliding"][4] != -1
+    m.free("b")
+    assert m.num_free_blocks() == 32
