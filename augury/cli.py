@@ -34,6 +34,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                     help="RAM kept for finished requests' KV blocks (e.g. 2GiB; default: whatever the KV pool holds)")
     pc.add_argument("--ssd-cache-dir", default=None, help="persist prefix KV blocks here (survives restarts)")
     pc.add_argument("--ssd-cache-bytes", default="16GiB", help="disk budget of --ssd-cache-dir (LRU by bytes)")
+    kv = p.add_argument_group("KV cache codec")
+    kv.add_argument("--kv-bits", type=int, default=None, help="affine KV quantization bits (2..8), mlx-lm style")
+    kv.add_argument("--kv-group-size", type=int, default=None, help="KV quantization group size (default 64; turbo keys 32)")
+    kv.add_argument("--quantized-kv-start", type=int, default=0, help="tokens kept native before encoding")
+    kv.add_argument("--kv-quant", default=None, help="KV codec: native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3]")
     sp = p.add_argument_group("speculative decoding")
     sp.add_argument("--spec", default="off", choices=["off", "ngram", "draft-model", "layerskip"],
                     help="default method for requests (each request may override or turn it off)")
@@ -52,6 +57,8 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
         progress=not a.quiet, compile=a.compile, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
         num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
+        kv_bits=a.kv_bits, kv_group_size=a.kv_group_size, quantized_kv_start=a.quantized_kv_start,
+        kv_quant=a.kv_quant,
         prompt_cache_bytes=a.prompt_cache_bytes, ssd_cache_dir=a.ssd_cache_dir, ssd_cache_bytes=a.ssd_cache_bytes,
         **extra,
     )
@@ -230,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list registered models")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)
+
+    from augury.eval.cli import add_eval_fit_parsers
+
+    add_eval_fit_parsers(sub)
 
     from augury.bench.cli import add_bench_parser
 

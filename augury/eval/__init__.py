@@ -1,0 +1,1 @@
+"""Quality evaluations (`augury eval ...`)."""
