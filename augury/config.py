@@ -196,6 +196,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     threads: int | None = None  # torch intra-op threads on CPU
     compile: bool = False  # torch.compile the model forward (dynamic shapes; slow first start)
+    cuda_graphs: bool = True  # replay captured decode steps on CUDA
     seed: int | None = None  # base seed for requests without one
     progress: bool = True
     # speculative decoding defaults (a request may override or turn it off)

@@ -83,6 +83,8 @@ class Engine:
         sched_cfg = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.blocks, self.namespace)
         self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
+        if loaded.device.type == "cuda" and config.cuda_graphs:
+            self.runner.enable_cuda_graphs(loaded.dtype, config.max_num_seqs)
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
         self.drafters = build_drafters(self, config)
@@ -97,6 +99,14 @@ class Engine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="augury-engine", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def from_random(cls, shape: str = "llama3-8b", **kwargs: Any) -> "Engine":
+        """A random-weight model of a named shape (benchmarks; token ids in and out)."""
+        from augury.engine.random_model import load_random
+
+        config = EngineConfig(model=f"random:{shape}", **kwargs)
+        return cls(load_random(shape, config), config)
 
     @classmethod
     def from_model(cls, model: str = "smollm2", **kwargs: Any) -> "Engine":
@@ -277,6 +287,9 @@ class Engine:
     # ---- engine thread ---------------------------------------------------------
     def _make_detok(self, params: SamplingParams, prompt: list[int]):
         from augury.tokenizer.detokenizer import StreamDetokenizer
+
+        if getattr(self.tokenizer, "is_null", False):
+            return None  # random-weight benchmark model: token ids only
 
         return StreamDetokenizer(self.tokenizer, stop=list(params.stop),
                                  skip_special_tokens=params.skip_special_tokens, prompt_ids=prompt)

@@ -35,6 +35,13 @@ class ModelRunner:
         self.blocks = blocks
         self.device = device
         self.windows = {name: g.window for name, g in blocks.groups.items()}
+        self.graphs = None  # CudaGraphDecoder, set by the engine on CUDA
+
+    def enable_cuda_graphs(self, dtype: torch.dtype, max_batch: int) -> None:
+        from augury.engine.cuda_graphs import CudaGraphDecoder
+
+        self.graphs = CudaGraphDecoder(self.model, self.pool, self.blocks, self.windows, self.device, dtype,
+                                       max_batch)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> StepLogits:
@@ -61,6 +68,8 @@ class ModelRunner:
                 rows.extend(range(first, first + k))
                 num_rows[i] = k
             offset += len(toks)
+        if self.graphs is not None and self.graphs.usable(specs) and rows == list(range(len(ids))):
+            return StepLogits(self.graphs.run(ids, specs), row_start, num_rows)
         meta = build_attention_metadata(specs, self.pool.block_size, self.windows, self.device)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         hidden = self.model(input_ids, meta.positions, meta, self.pool)

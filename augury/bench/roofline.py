@@ -1,0 +1,211 @@
+"""GPU roofline benchmark: augury against the physical limits measured in the same run.
+
+    python -m augury.bench.roofline --out DIR [--shape llama3-8b] [--quick]
+
+Measures HBM read bandwidth and the bf16 matmul rate, then through the engine
+(random weights of the named shape, token ids only): decode at B=1 (bf16 and
+int4 weight-only), aggregate decode at B=64, prefill of a 1k-token prompt, and
+a SmolLM2-shaped model at B=1 with the per-step host time. Prints a table and
+writes roofline.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from augury.engine.engine import Engine
+from augury.engine.types import SamplingParams
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def read_bandwidth(device: torch.device, gib: float = 4.0) -> float:
+    """Bytes/s of a reduction over a large bf16 tensor (reads dominate)."""
+    n = int(gib * 2**30) // 2
+    x = torch.ones(n, dtype=torch.bfloat16, device=device)
+    x.sum()
+    _sync()
+    ts = []
+    for _ in range(10):
+        t = time.perf_counter()
+        x.sum()
+        _sync()
+        ts.append(time.perf_counter() - t)
+    del x
+    return n * 2 / min(ts)
+
+
+def matmul_rate(device: torch.device, n: int = 8192) -> float:
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    a @ b
+    _sync()
+    ts = []
+    for _ in range(10):
+        t = time.perf_counter()
+        a @ b
+        _sync()
+        ts.append(time.perf_counter() - t)
+    return 2 * n**3 / min(ts)
+
+
+def weight_bytes(engine: Engine) -> int:
+    """Bytes a decode step must read: every parameter/buffer except the embedding table."""
+    m = engine.loaded.model
+    emb = m.embed_tokens.weight
+    total = 0
+    seen = set()
+    for t in list(m.parameters()) + list(m.buffers()):
+        if t.data_ptr() in seen or t is emb:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    if getattr(m.lm_head, "weight", None) is emb:  # tied head reads the embedding table once
+        total += emb.numel() * emb.element_size()
+    for name, b in m.named_buffers():
+        if "rope" in name or "cos" in name or "sin" in name:
+            total -= b.numel() * b.element_size()
+    return total
+
+
+def decode_rate(engine: Engine, batch: int, prompt_len: int, new_tokens: int, reps: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    V = engine.model_config.vocab_size
+    sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    rates, per_req = [], []
+    for r in range(reps + 1):
+        prompts = [torch.randint(0, V, (prompt_len,), generator=g).tolist() for _ in range(batch)]
+        # prefill everything first, then time pure decode steps
+        hs = [engine.submit(p, sp) for p in prompts]
+        t0 = None
+        counts = 0
+        its = [iter(h) for h in hs]
+        firsts = [next(it) for it in its]  # first token of each = prefill done
+        t0 = time.perf_counter()
+        for it in its:
+            for out in it:
+                counts += len(out.token_ids)
+        dt = time.perf_counter() - t0
+        if r:
+            rates.append(counts / dt)
+            per_req.append(counts / dt / batch)
+        del firsts
+    return {"batch": batch, "agg_tok_s": statistics.median(rates), "min": min(rates), "max": max(rates),
+            "per_request_tok_s": statistics.median(per_req)}
+
+
+def prefill_rate(engine: Engine, prompt_len: int, reps: int) -> float:
+    V = engine.model_config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    sp = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    ts = []
+    for r in range(reps + 1):
+        p = torch.randint(0, V, (prompt_len,), generator=g).tolist()
+        t = time.perf_counter()
+        Engine.collect(engine.submit(p, sp))
+        if r:
+            ts.append(time.perf_counter() - t)
+    return prompt_len / statistics.median(ts)
+
+
+def host_step_ms(engine: Engine, steps: int = 64) -> float:
+    """Median host time of one B=1 decode forward (CPU time to issue it, no sync)."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    bm = engine.blocks
+    bm.admit("__host__", list(range(128)), 1 << 20)
+    tab = bm.block_tables("__host__")
+    x = torch.tensor([1], device=engine.loaded.device)
+    ts = []
+    with torch.inference_mode():
+        for i in range(steps):
+            meta = build_attention_metadata([SeqSpec(100 + i % 20, 1, tab)], bm.block_size, engine.runner.windows,
+                                            engine.loaded.device)
+            _sync()
+            t = time.perf_counter()
+            h = engine.loaded.model(x, meta.positions, meta, engine.pool)
+            engine.loaded.model.compute_logits(h)
+            ts.append(time.perf_counter() - t)
+            _sync()
+    bm.free("__host__")
+    return statistics.median(ts[8:]) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m augury.bench.roofline")
+    ap.add_argument("--shape", default="llama3-8b")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--kv-budget", default="24GiB")
+    a = ap.parse_args(argv)
+    dev = torch.device(a.device)
+    reps = 2 if a.quick else 3
+    res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                 "torch": torch.__version__}
+    bw = read_bandwidth(dev)
+    mm = matmul_rate(dev)
+    res["read_bandwidth_GBps"] = bw / 1e9
+    res["bf16_matmul_TFLOPs"] = mm / 1e12
+    print(f"read bandwidth {bw / 1e9:.0f} GB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s", file=sys.stderr, flush=True)
+
+    rows = []
+    for weights in ("native", "int4"):
+        e = Engine.from_random(a.shape, device=a.device, dtype="bfloat16", weights=weights, progress=False,
+                               max_num_seqs=64, max_num_batched_tokens=4096, kv_budget=a.kv_budget,
+                               max_model_len=4096)
+        wb = weight_bytes(e)
+        limit = bw / wb
+        d1 = decode_rate(e, 1, 1024, 128, reps)
+        rows.append({"case": f"{a.shape} {weights} decode B=1", "tok_s": d1["agg_tok_s"], "limit_tok_s": limit,
+                     "fraction": d1["agg_tok_s"] / limit, "weight_GB": wb / 1e9})
+        print(rows[-1], file=sys.stderr, flush=True)
+        if weights == "native":
+            d64 = decode_rate(e, 64, 1024, 64, max(1, reps - 1))
+            kv_per_tok = 2 * e.model_config.num_layers * e.model_config.num_kv_heads * e.model_config.head_dim * 2
+            step_bytes = wb + 64 * (1024 + 32) * kv_per_tok
+            limit64 = bw / step_bytes * 64
+            rows.append({"case": f"{a.shape} bf16 decode B=64 aggregate", "tok_s": d64["agg_tok_s"],
+                         "limit_tok_s": limit64, "fraction": d64["agg_tok_s"] / limit64})
+            print(rows[-1], file=sys.stderr, flush=True)
+            pf = prefill_rate(e, 1024, reps)
+            n_params = sum(p.numel() for p in e.loaded.model.parameters()) - e.loaded.model.embed_tokens.weight.numel()
+            flops = 2 * n_params * pf
+            rows.append({"case": f"{a.shape} bf16 prefill 1k", "tok_s": pf, "TFLOPs": flops / 1e12,
+                         "fraction": flops / mm})
+            print(rows[-1], file=sys.stderr, flush=True)
+            res["host_step_ms_8b"] = host_step_ms(e)
+        e.shutdown()
+        del e
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    s = Engine.from_random("smollm2-135m", device=a.device, dtype="bfloat16", progress=False, kv_budget=a.kv_budget)
+    d = decode_rate(s, 1, 256, 128, reps)
+    wb = weight_bytes(s)
+    host = host_step_ms(s)
+    rows.append({"case": "smollm2-135m bf16 decode B=1", "tok_s": d["agg_tok_s"], "limit_tok_s": bw / wb,
+                 "fraction": d["agg_tok_s"] / (bw / wb), "host_step_ms": host})
+    print(rows[-1], file=sys.stderr, flush=True)
+    s.shutdown()
+    res["rows"] = rows
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "roofline.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"{'case':<40} {'tok/s':>10} {'limit':>10} {'fraction':>9}")
+    for r in rows:
+        print(f"{r['case']:<40} {r['tok_s']:>10.1f} {r.get('limit_tok_s', float('nan')):>10.1f} {r['fraction']:>9.2%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
