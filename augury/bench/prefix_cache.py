@@ -38,7 +38,10 @@ def drop_page_cache(root: str) -> int:
     n = 0
     for d, _, fs in os.walk(root):
         for f in fs:
-            fd = os.open(os.path.join(d, f), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(d, f), os.O_RDONLY)
+            except FileNotFoundError:  # a temp file renamed under us
+                continue
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 n += 1
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ttft(e, make_prompt(tok, 64, 2))
     for r in range(a.repeats):
         for n in a.sizes:
+            e.flush_cache()
             if not a.keep_page_cache:
                 drop_page_cache(root)
             t, c = ttft(e, prompts[n][r])
