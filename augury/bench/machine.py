@@ -68,7 +68,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int = 5) -> float:
+def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int = 10) -> float:
     """Read bandwidth in bytes/s: best of `iters` sums over a tensor far larger than the caches."""
     x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     x.sum()
@@ -83,7 +83,7 @@ def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int 
     return nbytes / best
 
 
-def measure_matmul(device: torch.device, n: int = 2048, dtype: torch.dtype = torch.float32, iters: int = 3) -> float:
+def measure_matmul(device: torch.device, n: int = 2048, dtype: torch.dtype = torch.float32, iters: int = 10) -> float:
     """Dense matmul rate in FLOP/s (best of `iters`) at the dtype prefill would run in."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
