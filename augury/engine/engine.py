@@ -91,8 +91,13 @@ class Engine:
         # RAM budget + SSD tier; wraps drafters with own pools so their KV is cached too
         self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
         if self.drafters:
+            curve = None
+            if config.spec_adaptive and config.spec != "off":
+                from augury.spec.calibrate import measure_step_costs
+
+                curve = measure_step_costs(loaded.model, self.pool, self.blocks, self.runner.windows, loaded.device)
             self.core.spec = SpecCoordinator(self.drafters, DraftPolicy(
-                max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive))
+                max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive, curve=curve))
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()

@@ -22,31 +22,39 @@ from augury.engine.sampler import SamplingRow, processed_logprobs
 from augury.engine.scheduler import ScheduledSeq
 from augury.engine.types import TokenLogprob
 from augury.spec.base import DraftSource, SpecStats
+from augury.spec.calibrate import StepCostCurve
 from augury.spec.verify import verify_greedy, verify_sampling
 
 
 @dataclass
 class DraftPolicy:
-    """How many drafts to ask for. `marginal_cost` is the cost of one more token in
-    the verify forward relative to a whole decode step at this batch size (0..1),
-    measured at engine start; a draft position i (1-based) is worth it while the
-    chance it is reached and accepted, α^i, exceeds that cost."""
+    """How many drafts to ask for. Draft position i (1-based) is worth verifying while
+    the chance it is reached and accepted, α^i (α = the request's recent acceptance
+    rate), exceeds what one more verify token costs relative to a plain decode step
+    at this batch size. That cost comes from `curve`, measured at engine start
+    (`spec/calibrate.py`); without a curve a fixed `marginal_cost` per request is used."""
 
     max_draft: int = 10
     adaptive: bool = True
     marginal_cost: float = 0.05
     ema: float = 0.3
+    curve: StepCostCurve | None = None
 
     def length(self, req: Request, batch_size: int) -> int:
         k = min(req.spec_max_draft or self.max_draft, self.max_draft)
         if not self.adaptive:
             return k
         a = min(max(req.spec_alpha, 0.05), 0.98)
-        cost = min(0.95, self.marginal_cost * max(1, batch_size))
-        n = 1
-        while n < k and a ** (n + 1) > cost:
+        n = 0  # zero drafts when even the first does not pay
+        while n < k and a ** (n + 1) > self._cost(batch_size, n):
             n += 1
         return n
+
+    def _cost(self, batch_size: int, n: int) -> float:
+        if self.curve is None:
+            return min(0.95, self.marginal_cost * max(1, batch_size))
+        # other requests are assumed to draft about as much as this one
+        return self.curve.marginal(batch_size * (1 + n), batch_size)
 
     def update(self, req: Request, drafted: int, accepted: int) -> None:
         if drafted:

@@ -1,0 +1,75 @@
+"""Measure what one more verify token costs, so the draft policy knows when to stop.
+
+At start-up (only when speculation is configured) the engine times forwards of
+T tokens (one request: a decode token plus T-1 draft slots after a 64-token
+context) for T in 1..64. The draft policy reads the marginal cost of one more
+token relative to a plain decode step at the current batch size from that curve:
+where it exceeds the chance the next draft is accepted, drafting stops paying.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import torch
+
+from augury.layers.attention import SeqSpec, build_attention_metadata
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+CONTEXT = 64
+CALIB_ID = "__spec_calibration__"
+
+
+@dataclass
+class StepCostCurve:
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]  # median forward time for each size
+
+    def cost(self, tokens: int) -> float:
+        """Interpolated forward time for `tokens` tokens (clamped at the ends)."""
+        s, t = self.sizes, self.seconds
+        if tokens <= s[0]:
+            return t[0]
+        if tokens >= s[-1]:
+            slope = (t[-1] - t[-2]) / (s[-1] - s[-2])
+            return t[-1] + slope * (tokens - s[-1])
+        i = bisect_left(s, tokens)
+        f = (tokens - s[i - 1]) / (s[i] - s[i - 1])
+        return t[i - 1] + f * (t[i] - t[i - 1])
+
+    def marginal(self, tokens: int, batch: int) -> float:
+        """Cost of one more token at `tokens` in the step, relative to a decode step of `batch`."""
+        return max(0.0, self.cost(tokens + 1) - self.cost(tokens)) / max(self.cost(batch), 1e-9)
+
+
+def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: torch.device,
+                       reps: int = 3) -> StepCostCurve | None:
+    """None when the pool cannot spare the scratch blocks (the policy keeps its default)."""
+    got = blocks.admit(CALIB_ID, list(range(CONTEXT + SIZES[-1])), max_new=1 << 30)
+    if got is None:
+        return None
+    try:
+        tables = blocks.block_tables(CALIB_ID)
+        out = []
+        with torch.inference_mode():
+            for T in SIZES:
+                meta = build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device)
+                ids = torch.ones(T, dtype=torch.long, device=device)
+                ts = []
+                for r in range(reps + 1):
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    t0 = time.perf_counter()
+                    h = model(ids, meta.positions, meta, pool)
+                    model.compute_logits(h).sum().item()
+                    if r:
+                        ts.append(time.perf_counter() - t0)
+                out.append(sorted(ts)[len(ts) // 2])
+        # noise can make the curve dip; costs never fall with more tokens
+        for i in range(1, len(out)):
+            out[i] = max(out[i], out[i - 1])
+        return StepCostCurve(SIZES, tuple(out))
+    finally:
+        blocks.free(CALIB_ID)

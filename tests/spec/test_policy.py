@@ -1,0 +1,41 @@
+"""Adaptive draft length: drafts stop where one more verify token costs more than it is expected to save."""
+
+from augury.engine.request import Request
+from augury.engine.types import SamplingParams
+from augury.spec.calibrate import StepCostCurve
+from augury.spec.coordinator import DraftPolicy
+
+
+def req(alpha: float) -> Request:
+    r = Request("r", [1, 2, 3], SamplingParams())
+    r.spec_alpha = alpha
+    return r
+
+
+def test_curve_interpolates_and_extrapolates():
+    c = StepCostCurve((1, 2, 4, 8), (1.0, 1.0, 1.2, 2.0))
+    assert c.cost(3) == 1.1 and c.cost(16) == 2.0 + 0.2 * 8
+    assert abs(c.marginal(2, 1) - 0.1) < 1e-12  # (1.1 - 1.0) / 1.0
+
+
+def test_flat_curve_drafts_to_the_cap_and_steep_curve_stops_early():
+    flat = DraftPolicy(max_draft=8, curve=StepCostCurve((1, 64), (1.0, 1.01)))
+    steep = DraftPolicy(max_draft=8, curve=StepCostCurve((1, 2, 3, 64), (1.0, 1.6, 2.5, 100.0)))
+    assert flat.length(req(0.8), 1) == 8
+    assert steep.length(req(0.8), 1) == 1  # the first draft pays (0.8 > 0.6), the second does not
+    assert steep.length(req(0.5), 1) == 0
+
+
+def test_low_acceptance_drafts_less_and_batch_size_matters():
+    curve = StepCostCurve((1, 4, 16, 64), (1.0, 1.05, 1.3, 3.0))
+    p = DraftPolicy(max_draft=8, curve=curve)
+    assert p.length(req(0.9), 1) > p.length(req(0.3), 1)
+    assert p.length(req(0.9), 1) >= p.length(req(0.9), 16)
+
+
+def test_acceptance_ema_and_fixed_mode():
+    p = DraftPolicy(max_draft=6, adaptive=False)
+    r = req(0.7)
+    assert p.length(r, 32) == 6
+    p.update(r, 4, 0)
+    assert r.spec_alpha < 0.7
