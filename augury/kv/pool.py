@@ -51,7 +51,8 @@ def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_s
     """Split a byte budget into per-group block counts (blocks sized by the codec's bytes).
 
     The sliding group needs at most window + one prefill chunk per running request,
-    so it gets just that; everything else goes to the full-attention group.
+    so it gets just that (but at most half the budget when there are full layers:
+    admission then waits for sliding blocks); the rest goes to the full-attention group.
     """
     per_tok = bytes_per_token_per_layer(cfg, dtype, codec)
     n_sliding = sum(1 for i in range(cfg.num_layers) if cfg.is_sliding(i))
@@ -61,8 +62,11 @@ def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_s
     if n_sliding:
         w = cfg.sliding_window or 0
         per_seq = -(-(w + max_batched_tokens) // block_size) + 2
+        block_bytes = block_size * per_tok * n_sliding
         n_blocks = max_num_seqs * per_seq
-        sliding_bytes = n_blocks * block_size * per_tok * n_sliding
+        if n_full:
+            n_blocks = max(per_seq, min(n_blocks, budget_bytes // 2 // block_bytes))
+        sliding_bytes = n_blocks * block_bytes
         if n_full == 0:
             n_blocks = max(n_blocks, budget_bytes // (block_size * per_tok * n_sliding))
         groups.append(KVGroup("sliding", n_blocks, w))
