@@ -113,6 +113,8 @@ async def messages(body: MessagesRequest, request: Request):
         top_k=body.top_k or 0,
         stop=convert.stop_list(body.stop_sequences, "stop_sequences"),
         structured=structured,
+        speculative=body.speculative_param(),
+        kv_cache=body.kv_cache_param(),
     ))
     handles = await asyncio.to_thread(submit_all, engine, [(prompt_ids, params)], cfg.retry_after_s)
     mid = "msg_" + uuid.uuid4().hex[:24]
@@ -139,7 +141,8 @@ async def messages(body: MessagesRequest, request: Request):
         "id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
         "stop_reason": _stop_reason(final.finish_reason, bool(calls)), "stop_sequence": None,
         "usage": {"input_tokens": final.prompt_tokens, "output_tokens": final.completion_tokens,
-                  "cache_read_input_tokens": final.cached_tokens, "cache_creation_input_tokens": 0},
+                  "cache_read_input_tokens": final.cached_tokens, "cache_creation_input_tokens": 0,
+                  **({"speculation": final.speculation} if final.speculation else {})},
     })
 
 

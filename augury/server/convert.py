@@ -93,6 +93,24 @@ def choice_params(base: SamplingParams, n: int) -> list[SamplingParams]:
     return [replace(base, seed=None if base.seed is None else base.seed + i, stop=list(base.stop)) for i in range(n)]
 
 
+def speculation_usage(finals) -> dict | None:
+    """usage.speculation: the request's own counters (n > 1: summed over the choices)."""
+    specs = [f.speculation for f in finals if getattr(f, "speculation", None)]
+    if not specs:
+        return None
+    if len(specs) == 1:
+        return specs[0]
+    out = {"method": specs[0]["method"]}
+    for k in ("drafted", "accepted", "rounds"):
+        out[k] = sum(s[k] for s in specs)
+    out["acceptance_rate"] = out["accepted"] / out["drafted"] if out["drafted"] else 0.0
+    out["mean_accepted_length"] = (out["accepted"] + out["rounds"]) / out["rounds"] if out["rounds"] else 0.0
+    n = max(len(s["accepted_by_position"]) for s in specs)
+    out["accepted_by_position"] = [sum(s["accepted_by_position"][i] for s in specs
+                                       if i < len(s["accepted_by_position"])) for i in range(n)]
+    return out
+
+
 def validated(params: SamplingParams) -> SamplingParams:
     try:
         params.validate()

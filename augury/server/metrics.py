@@ -40,6 +40,10 @@ class _EngineCollector:
             "prefix_cache_hit_tokens": ("augury_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache"),
             "prompt_tokens_total": ("augury_engine_prompt_tokens", "Prompt tokens the engine processed"),
             "generation_tokens_total": ("augury_engine_generation_tokens", "Tokens the engine generated"),
+            "spec_drafted_total": ("augury_spec_drafted_tokens", "Draft tokens proposed by speculative decoding"),
+            "spec_accepted_total": ("augury_spec_accepted_tokens", "Draft tokens the target accepted"),
+            "spec_rounds_total": ("augury_spec_rounds", "Speculative verify rounds"),
+            "preemptions": ("augury_preemptions", "Requests preempted for lack of KV blocks"),
         }
         for key, (name, doc) in counters.items():
             if key in st:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from augury.engine.types import RequestOutput, SamplingParams, TokenLogprob
 from augury.server import convert
+from augury.server.convert import speculation_usage
 from augury.server.errors import APIError, bad_request, openai_body
 from augury.server.schemas_openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from augury.server.sse import SSE_HEADERS, data_event
@@ -35,8 +36,12 @@ def _usage(finals: list[RequestOutput]) -> dict:
     prompt = finals[0].prompt_tokens if finals else 0
     completion = sum(o.completion_tokens for o in finals)
     cached = finals[0].cached_tokens if finals else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+    spec = speculation_usage(finals)
+    if spec is not None:
+        usage["speculation"] = spec
+    return usage
 
 
 def _sampling(req: SamplingFields, engine: Any, max_tokens: int) -> SamplingParams:
@@ -53,6 +58,8 @@ def _sampling(req: SamplingFields, engine: Any, max_tokens: int) -> SamplingPara
         seed=req.seed,
         stop=convert.stop_list(req.stop),
         ignore_eos=req.ignore_eos,
+        speculative=req.speculative_param(),
+        kv_cache=req.kv_cache_param(),
     )
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
-from augury.server.schemas_openai import Lenient
+from augury.server.schemas_openai import AuguryExtensions, Lenient
 
 
 class TextBlock(Lenient):
@@ -48,7 +48,7 @@ class AnthropicToolChoice(Lenient):
     disable_parallel_tool_use: bool = False
 
 
-class MessagesRequest(Lenient):
+class MessagesRequest(AuguryExtensions):
     model: str
     max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)

@@ -76,7 +76,39 @@ class StreamOptions(Lenient):
     include_usage: bool = False
 
 
-class SamplingFields(Lenient):
+class SpeculativeSpec(Lenient):
+    method: Literal["off", "ngram", "draft-model", "layerskip"] = "ngram"
+    num_draft_tokens: int | None = Field(default=None, ge=0, le=16)
+
+
+class KVCacheSpec(Lenient):
+    codec: str | None = None
+    key_bits: int | None = Field(default=None, ge=2, le=8)
+    value_bits: int | None = Field(default=None, ge=2, le=8)
+    group_size: int | None = Field(default=None, ge=8)
+    start: int | None = Field(default=None, ge=0)
+
+
+class AuguryExtensions(Lenient):
+    """augury's own request fields (all APIs): speculation and the KV-cache policy."""
+
+    speculative: bool | SpeculativeSpec | None = None
+    kv_cache: KVCacheSpec | None = None
+
+    def speculative_param(self) -> dict | bool | None:
+        s = self.speculative
+        if s is None or isinstance(s, bool):
+            return None if s is True else s
+        d = {"method": s.method}
+        if s.num_draft_tokens is not None:
+            d["num_draft_tokens"] = s.num_draft_tokens
+        return d
+
+    def kv_cache_param(self) -> dict | None:
+        return None if self.kv_cache is None else self.kv_cache.model_dump(exclude_none=True)
+
+
+class SamplingFields(AuguryExtensions):
     """Fields shared by /v1/chat/completions and /v1/completions."""
 
     model: str | None = None
