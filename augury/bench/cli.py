@@ -92,6 +92,7 @@ def run_scenario(name: str, opts):
         return run_server_scenario(opts)
     from augury.bench.scenarios import SCENARIOS
 
+    machine = machine_info(torch.device(opts.device), opts.threads)  # the revision the run started on
     setup = build_setup(opts, name)
     try:
         log(f"scenario {name}: engines {[setup.augury.name, *setup.peers]}"
@@ -99,7 +100,7 @@ def run_scenario(name: str, opts):
         rep = SCENARIOS[name](setup)
     finally:
         close_setup(setup)
-    rep.machine = machine_info(torch.device(opts.device), opts.threads)
+    rep.machine = machine
     return rep
 
 

@@ -137,6 +137,7 @@ def _decode(srv: ServerProc, max_tokens: int, bias: dict[str, float]) -> Sample:
 
 def run_server_scenario(opts: BenchOptions) -> ScenarioReport:
     torch.set_num_threads(opts.threads)
+    machine = machine_info(torch.device(opts.device), opts.threads)  # the revision the run started on
     path = model_path(opts)
     t = str(opts.threads)
     skipped: dict[str, str] = {}
@@ -188,7 +189,7 @@ def run_server_scenario(opts: BenchOptions) -> ScenarioReport:
             direct.close()
     rep = ScenarioReport("server", f"{opts.server_clients[-1]} clients" if opts.server_clients else cases[0].name,
                          cases, config=opts.engine_dict(), skipped=skipped)
-    rep.machine = machine_info(torch.device(opts.device), opts.threads)
+    rep.machine = machine
     rep.notes.append(f"streaming /v1/chat/completions, greedy, EOS suppressed by logit_bias so every stream "
                      f"runs {opts.server_tokens} tokens; aggregate = all tokens / wall time; llama-cpp-python's "
                      "server handles one request at a time")
