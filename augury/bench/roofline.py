@@ -141,6 +141,31 @@ def host_step_ms(engine: Engine, steps: int = 64) -> float:
     return statistics.median(ts[8:]) * 1e3
 
 
+def hf_decode_rate(shape: str, device: torch.device, batch: int = 1, new_tokens: int = 128) -> float | None:
+    """HF transformers `generate` on the same random-weight shape (the peer), tok/s aggregate."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    from augury.engine.random_model import SHAPES
+
+    d = dict(SHAPES[shape])
+    mt = d.pop("model_type")
+    cfg = transformers.AutoConfig.for_model(mt, **d)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).to(device).eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, 256), device=device)
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+        _sync()
+        t = time.perf_counter()
+        model.generate(ids, **kw)
+        _sync()
+        dt = time.perf_counter() - t
+    del model
+    return batch * new_tokens / dt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m augury.bench.roofline")
     ap.add_argument("--shape", default="llama3-8b")
@@ -148,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kv-budget", default="24GiB")
+    ap.add_argument("--only-small", action="store_true", help="only the SmolLM2-shaped rows (and the HF peer)")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     reps = 2 if a.quick else 3
@@ -160,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read bandwidth {bw / 1e9:.0f} GB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s", file=sys.stderr, flush=True)
 
     rows = []
-    for weights in ("native", "int4"):
+    for weights in (() if a.only_small else ("native", "int4")):
         e = Engine.from_random(a.shape, device=a.device, dtype="bfloat16", weights=weights, progress=False,
                                max_num_seqs=64, max_num_batched_tokens=4096, kv_budget=a.kv_budget,
                                max_model_len=4096)
@@ -193,8 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     d = decode_rate(s, 1, 256, 128, reps)
     wb = weight_bytes(s)
     host = host_step_ms(s)
+    hf1 = hf_decode_rate("smollm2-135m", dev) if dev.type == "cuda" else None
     rows.append({"case": "smollm2-135m bf16 decode B=1", "tok_s": d["agg_tok_s"], "limit_tok_s": bw / wb,
-                 "fraction": d["agg_tok_s"] / (bw / wb), "host_step_ms": host})
+                 "fraction": d["agg_tok_s"] / (bw / wb), "host_step_ms": host, "hf_tok_s": hf1})
+    print(rows[-1], file=sys.stderr, flush=True)
+    d16 = decode_rate(s, 16, 256, 128, reps)
+    hf16 = hf_decode_rate("smollm2-135m", dev, batch=16) if dev.type == "cuda" else None
+    rows.append({"case": "smollm2-135m bf16 decode B=16 aggregate", "tok_s": d16["agg_tok_s"],
+                 "fraction": float("nan"), "hf_tok_s": hf16})
     print(rows[-1], file=sys.stderr, flush=True)
     s.shutdown()
     res["rows"] = rows
