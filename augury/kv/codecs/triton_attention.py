@@ -1,0 +1,217 @@
+"""Fused decode attention over encoded KV blocks (Triton), for the CUDA path.
+
+Reads the pool's stored codes directly: keys and values are each either affine
+(codes + fp16 scale + fp16 zero per group) or codebook (codes + fp16 RMS per
+group, value = centroid[code] * rms), codes packed bit-tight as a little-endian
+bitstream (code d sits at bit d * bits of its row). Nothing is dequantized into
+memory: each key/value tile is decoded in registers and consumed at once.
+
+One program owns (request, kv head, split of the context): its query rows are
+the request's max_q new tokens × the heads sharing that kv head (GQA), so every
+tile is decoded once for all of them. Splits (flash-decoding) keep the GPU busy
+at batch 1 with long contexts; a few torch ops merge them. Query rows are meant
+to be few (decode = 1, verify = the draft width + 1), not a prefill chunk.
+
+Rotations stay outside: the caller rotates queries for rotated keys and
+un-rotates the output for rotated values, exactly as the eager path does.
+Written so it also runs under TRITON_INTERPRET=1 on the CPU (tests).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from augury.kv.codecs.affine import AffineCodec
+from augury.kv.codecs.base import SideCodec
+from augury.kv.codecs.turboquant import TurboCodec
+
+MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
+_AFFINE, _CODEBOOK = 0, 1
+
+
+def side_supported(side: SideCodec) -> bool:
+    return isinstance(side, (AffineCodec, TurboCodec)) and 1 <= side.bits <= 8
+
+
+def fused_supported(k_store, v_store, max_q: int, num_heads: int) -> bool:
+    """True when this kernel can read these stores for a step with `max_q` rows per request."""
+    rep = num_heads // k_store.num_kv_heads
+    return (side_supported(k_store.codec) and side_supported(v_store.codec)
+            and max_q * rep <= MAX_QUERY_ROWS)
+
+
+def _side_args(store) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
+    """(codes, scale, aux, kind, bits, group): aux = zeros (affine) or the codebook (turbo)."""
+    c = store.codec
+    if isinstance(c, AffineCodec):
+        codes, scale, zero = store.parts
+        return codes, scale, zero, _AFFINE, c.bits, c.group_size
+    codes, scale = store.parts
+    cents, _ = c._tables(codes.device)
+    return codes, scale, cents, _CODEBOOK, c.bits, c.group_size
+
+
+@triton.jit
+def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid,
+                 NBYTES: tl.constexpr, NGROUPS: tl.constexpr, HKV: tl.constexpr,
+                 BITS: tl.constexpr, GROUP: tl.constexpr, KIND: tl.constexpr):
+    """slots [N] (int64), offs_d [BD] -> decoded float32 tile [N, BD] of kv head h."""
+    row = slots[:, None] * (HKV * NBYTES) + h * NBYTES  # [N, 1] byte offset of each row
+    bitpos = offs_d * BITS
+    byte = (bitpos // 8)[None, :]
+    shift = (bitpos % 8)[None, :]
+    word = tl.load(codes_ptr + row + byte, mask=valid, other=0).to(tl.int32)
+    if (8 % BITS) != 0:  # 3/5/6/7-bit codes may straddle two bytes
+        hi = tl.load(codes_ptr + row + byte + 1, mask=valid & (byte + 1 < NBYTES), other=0).to(tl.int32)
+        word = word | (hi << 8)
+    code = (word >> shift) & ((1 << BITS) - 1)
+    grp = slots[:, None] * (HKV * NGROUPS) + h * NGROUPS + (offs_d // GROUP)[None, :]
+    sc = tl.load(scale_ptr + grp, mask=valid, other=0.0).to(tl.float32)
+    if KIND == 0:
+        zero = tl.load(aux_ptr + grp, mask=valid, other=0.0).to(tl.float32)
+        x = code.to(tl.float32) * sc + zero
+    else:
+        x = tl.load(aux_ptr + code, mask=valid, other=0.0).to(tl.float32) * sc
+    return x
+
+
+@triton.jit
+def _encoded_decode_attn_kernel(
+    q_ptr, gather_ptr, bias_ptr,
+    kc_ptr, ks_ptr, ka_ptr, vc_ptr, vs_ptr, va_ptr,
+    acc_ptr, m_ptr, l_ptr,
+    max_q, max_kv, split_len, num_splits, sm_scale, softcap,
+    s_qb, s_qj, s_qh, s_gb, s_bb, s_bj,
+    HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr,
+    K_NBYTES: tl.constexpr, K_NGROUPS: tl.constexpr, K_BITS: tl.constexpr, K_GROUP: tl.constexpr,
+    K_KIND: tl.constexpr,
+    V_NBYTES: tl.constexpr, V_NGROUPS: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
+    V_KIND: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    sp = tl.program_id(2)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row_ok = offs_m < max_q * REP
+    j = tl.minimum(offs_m // REP, max_q - 1)  # query row (token) of each program row
+    head = h * REP + offs_m % REP
+    q_off = b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
+    cdt = q.dtype
+
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo = sp * split_len
+    hi = tl.minimum(lo + split_len, max_kv)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + offs_n
+        n_ok = n < hi
+        slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
+        valid = n_ok[:, None] & d_ok[None, :]
+        k = _decode_tile(kc_ptr, ks_ptr, ka_ptr, slots, h, offs_d, valid,
+                         K_NBYTES, K_NGROUPS, HKV, K_BITS, K_GROUP, K_KIND).to(cdt)  # [N, BD]
+        if FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * sm_scale  # [M, N] float32
+        if USE_SOFTCAP:  # tanh via exp: s = c * tanh(s / c)
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
+        bias = tl.load(bias_ptr + b * s_bb + j[:, None] * s_bj + n[None, :],
+                       mask=n_ok[None, :], other=float("-inf")).to(tl.float32)
+        s = s + bias
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = _decode_tile(vc_ptr, vs_ptr, va_ptr, slots, h, offs_d, valid,
+                         V_NBYTES, V_NGROUPS, HKV, V_BITS, V_GROUP, V_KIND).to(cdt)
+        if FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
+        m_i = m_new
+    part = (b * HKV + h) * num_splits + sp  # partial results: [B, Hkv, S, M(, BD)]
+    tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
+    tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
+    tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _num_splits(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device) -> int:
+    """Enough programs to fill the GPU about twice, each over at least 4 key tiles."""
+    target = 2 * _sm_count(device)
+    want = max(1, -(-target // batch_kv_heads))
+    most = max(1, -(-max_kv // (4 * block_n)))
+    return min(want, most)
+
+
+def encoded_decode_attention(
+    q: torch.Tensor,  # [B, max_q, H, D] (rotated already when keys are rotated)
+    k_store,
+    v_store,
+    gather_slots: torch.Tensor,  # [B, max_kv] long
+    bias: torch.Tensor,  # [B, 1, max_q, max_kv] additive (0 / -inf), any float dtype
+    scale: float,
+    softcap: float | None = None,
+    num_splits: int | None = None,
+    block_n: int = 64,
+) -> torch.Tensor:
+    """-> [B, max_q, H, D] in q's dtype (in the value codec's basis: un-rotate outside)."""
+    B, max_q, H, D = q.shape
+    Hkv = k_store.num_kv_heads
+    rep = H // Hkv
+    max_kv = gather_slots.shape[1]
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    gather_slots = gather_slots.contiguous()
+    if bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    S = num_splits or _num_splits(B * Hkv, max_kv, block_n, q.device)
+    split_len = -(-max_kv // S)
+    split_len = -(-split_len // block_n) * block_n  # whole tiles per split
+    S = -(-max_kv // split_len)
+    dev = q.device
+    acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
+    m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
+    l = torch.empty_like(m)
+    kc, ks, ka, kkind, kbits, kgroup = _side_args(k_store)
+    vc, vs, va, vkind, vbits, vgroup = _side_args(v_store)
+    _encoded_decode_attn_kernel[(B, Hkv, S)](
+        q, gather_slots, bias, kc, ks, ka, vc, vs, va, acc, m, l,
+        max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
+        q.stride(0), q.stride(1), q.stride(2), gather_slots.stride(0), bias.stride(0), bias.stride(2),
+        HKV=Hkv, REP=rep, D=D,
+        K_NBYTES=kc.shape[-1], K_NGROUPS=ks.shape[-1], K_BITS=kbits, K_GROUP=kgroup, K_KIND=kkind,
+        V_NBYTES=vc.shape[-1], V_NGROUPS=vs.shape[-1], V_BITS=vbits, V_GROUP=vgroup, V_KIND=vkind,
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
+        USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32,
+    )
+    return merge_splits(acc, m, l, max_q, rep, D).to(q.dtype)
+
+
+def merge_splits(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, max_q: int, rep: int, D: int) -> torch.Tensor:
+    """Partials acc [B, Hkv, S, M, BD], m/l [B, Hkv, S, M] -> [B, max_q, Hkv*rep, D] float32."""
+    B, Hkv = acc.shape[:2]
+    mx = m.amax(dim=2, keepdim=True)
+    w = torch.exp(m - mx)  # [B, Hkv, S, M]; splits with no visible key weigh 0
+    o = (acc * w[..., None]).sum(2) / (l * w).sum(2)[..., None]  # [B, Hkv, M, BD]
+    o = o[:, :, : max_q * rep, :D].reshape(B, Hkv, max_q, rep, D)
+    return o.permute(0, 2, 1, 3, 4).reshape(B, max_q, Hkv * rep, D)

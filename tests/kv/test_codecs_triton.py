@@ -1,0 +1,164 @@
+"""The fused Triton decode-attention kernel over encoded KV equals dequantize-then-attend.
+
+Runs under TRITON_INTERPRET=1 on the CPU (kept small: the interpreter is slow);
+on a CUDA machine the same checks run compiled."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+CPU = not torch.cuda.is_available()
+# the interpreter must be on before triton is first imported (its own library is decorated then);
+# if something imported triton earlier in this process, the checks run in a fresh one instead
+FRESH = not CPU or "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
+if CPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from augury.kv.codecs import EncodedStore, parse_codec  # noqa: E402
+from augury.kv.codecs.triton_attention import encoded_decode_attention, fused_supported  # noqa: E402
+from augury.layers.attention import SeqSpec, build_attention_metadata, softcap_attention  # noqa: E402
+
+here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+BS = 8
+
+
+def _reference(qp, k_store, v_store, gather, mask, scale, softcap):
+    """Dequantize every gathered slot, then plain attention: qp [B, Q, H, D] -> [B, Q, H, D]."""
+    B, Q, H, D = qp.shape
+    kc = k_store.read(gather.view(-1)).view(B, -1, k_store.num_kv_heads, D).transpose(1, 2).float()
+    vc = v_store.read(gather.view(-1)).view(B, -1, v_store.num_kv_heads, D).transpose(1, 2).float()
+    q = qp.transpose(1, 2).float()
+    if softcap is None:
+        softcap = 1e9  # tanh(s / c) * c == s to float precision
+    o = softcap_attention(q, kc, vc, mask, scale, softcap)
+    return o.transpose(1, 2)
+
+
+def _case(scheme, lens, H=4, Hkv=2, D=64, window=None, seed=0, num_blocks=24):
+    """Random K/V written through the codec into a shuffled paged pool; metadata for `lens`."""
+    g = torch.Generator().manual_seed(seed)
+    codec = parse_codec(scheme, group_size=32 if scheme.startswith("affine") else None)
+    codec.bind(D)
+    slots_n = num_blocks * BS
+    ks = EncodedStore(codec.key, slots_n, Hkv, D, torch.float32, DEV)
+    vs = EncodedStore(codec.value, slots_n, Hkv, D, torch.float32, DEV)
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    specs = []
+    for nc, nn in lens:
+        nb = -(-(nc + nn) // BS)
+        specs.append(SeqSpec(nc, nn, {"full": [perm.pop() for _ in range(nb)]}))
+    meta = build_attention_metadata(specs, BS, {"full": window}, DEV)
+    gm = meta.groups["full"]
+    for s in specs:
+        n = s.num_cached + s.num_new
+        slots = torch.tensor([s.block_tables["full"][p // BS] * BS + p % BS for p in range(n)], device=DEV)
+        k = torch.randn(n, Hkv, D, generator=g) * 2
+        k[..., 3] *= 8  # an outlier channel, as real keys have
+        ks.write(slots, k.to(DEV))
+        vs.write(slots, torch.randn(n, Hkv, D, generator=g).to(DEV))
+    qp = torch.randn(gm.num_seqs, gm.max_q, H, D, generator=g).to(DEV)
+    return qp, ks, vs, gm
+
+
+SCHEMES = ["turbo", "turbo:k4v3", "turbo:k8v5", "turbo:ck4v2", "affine4", "affine8"]
+
+
+@here
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_kernel_equals_dequantize_then_attend(scheme):
+    # decode (1 row), a verify window (4 rows) and a shorter one in the same padded batch
+    qp, ks, vs, gm = _case(scheme, [(37, 1), (20, 4), (9, 2)])
+    assert fused_supported(ks, vs, gm.max_q, qp.shape[2])
+    bias = gm.additive_mask(torch.float32)
+    out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, None, num_splits=2, block_n=16)
+    ref = _reference(qp, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+
+
+@here
+def test_kernel_softcap_window_and_mqa():
+    qp, ks, vs, gm = _case("turbo:k8v3", [(30, 1), (13, 3)], H=4, Hkv=1, window=10, seed=1)
+    bias = gm.additive_mask(torch.float32)
+    out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.2, 5.0, block_n=16)
+    ref = _reference(qp, ks, vs, gm.gather_slots, gm.mask, 0.2, 5.0)
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+
+
+@here
+def test_splits_merge_to_the_same_result():
+    qp, ks, vs, gm = _case("turbo", [(60, 1)], seed=2)
+    bias = gm.additive_mask(torch.float32)
+    one = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, num_splits=1, block_n=16)
+    many = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, num_splits=4, block_n=16)
+    torch.testing.assert_close(one, many, atol=1e-5, rtol=1e-5)
+
+
+@here
+def test_wide_steps_are_left_to_the_eager_path():
+    _, ks, vs, _ = _case("turbo", [(8, 1)])
+    assert not fused_supported(ks, vs, max_q=64, num_heads=4)
+
+
+@pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
+def test_in_fresh_process():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@here
+@pytest.mark.parametrize("scheme", ["turbo:rk4v3", "affine4-rk"])
+def test_wiring_matches_the_eager_path_on_mixed_steps(scheme):
+    """What encoded_paged_attention runs on CUDA (segments, padding, rotations) equals its CPU path."""
+    from augury.kv.codecs.attention import _fused_attend
+    from augury.layers.attention import attend
+
+    # decodes first, then verify windows of different widths: two segments, padded rows
+    qp, ks, vs, gm = _case(scheme, [(17, 1), (30, 1), (12, 4), (5, 2)], seed=3)
+    assert gm.parts is not None and gm.q_index is not None
+    T = 1 + 1 + 4 + 2
+    q = torch.randn(T, qp.shape[2], qp.shape[3], generator=torch.Generator().manual_seed(5)).to(DEV)
+    q = ks.rotation.rotate(q)
+    fused = _fused_attend(q, ks, vs, gm, 0.125, None)
+    eager = attend(q, ks.read, vs.read, gm, 0.125, None)
+    torch.testing.assert_close(fused, eager, atol=2e-4, rtol=2e-4)
+
+
+@here
+@pytest.mark.parametrize("scheme", ["turbo", "turbo:rk4v3", "turbo:ck5v2", "affine4", "affine8", "turbo:k8v5"])
+def test_fused_write_stores_what_the_torch_encoder_stores(scheme):
+    from augury.kv.codecs.triton_encode import encode_write, write_supported
+
+    g = torch.Generator().manual_seed(7)
+    Hkv, D, n_slots = 2, 64, 40
+    codec = parse_codec(scheme, group_size=32 if scheme.startswith("affine") else None)
+    codec.bind(D)
+    for side in (codec.key, codec.value):
+        assert write_supported(side)
+        ref = EncodedStore(side, n_slots, Hkv, D, torch.float32, DEV)
+        got = EncodedStore(side, n_slots, Hkv, D, torch.float32, DEV)
+        slots = torch.randperm(n_slots, generator=g)[:23].to(DEV)
+        x = (torch.randn(23, Hkv, D, generator=g) * 3).to(DEV)
+        x[:, :, 5] *= 10
+        x[0, 1] = 0.5  # a flat row: the scale floor
+        ref.write(slots, x)
+        encode_write(got, slots, x)
+        for name, a, b in zip([f.name for f in ref.fields], ref.parts, got.parts):
+            if name == "codes":
+                # ties round half up here, half to even in torch: at most a rare differing byte
+                assert (a != b).float().mean() < 0.01, name
+            else:
+                torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(ref.read(slots), got.read(slots), atol=0.05, rtol=0)
