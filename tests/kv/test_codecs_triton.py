@@ -162,3 +162,17 @@ def test_fused_write_stores_what_the_torch_encoder_stores(scheme):
             else:
                 torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
         torch.testing.assert_close(ref.read(slots), got.read(slots), atol=0.05, rtol=0)
+
+
+@here
+def test_half_precision_compute_dtype():
+    # fp16 exercises the casts a bf16 model takes on the GPU (the interpreter's bf16 tl.dot is not exact)
+    dt = torch.float16
+    qp, ks, vs, gm = _case("turbo:rk4v3", [(37, 1), (20, 4)], seed=4)
+    ks.dtype = vs.dtype = dt
+    q = qp.to(dt)
+    out = encoded_decode_attention(q, ks, vs, gm.gather_slots, gm.additive_mask(dt), 0.125, None, num_splits=2,
+                                   block_n=16)
+    assert out.dtype == dt
+    ref = _reference(q, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
+    torch.testing.assert_close(out.float(), ref.float(), atol=3e-3, rtol=3e-3)

@@ -9,7 +9,7 @@ memory: each key/value tile is decoded in registers and consumed at once.
 One program owns (request, kv head, split of the context): its query rows are
 the request's max_q new tokens × the heads sharing that kv head (GQA), so every
 tile is decoded once for all of them. Splits (flash-decoding) keep the GPU busy
-at batch 1 with long contexts; a few torch ops merge them. Query rows are meant
+at batch 1 with long contexts; a second small kernel merges them. Query rows are meant
 to be few (decode = 1, verify = the draft width + 1), not a prefill chunk.
 
 Rotations stay outside: the caller rotates queries for rotated keys and
@@ -204,14 +204,36 @@ def encoded_decode_attention(
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32,
     )
-    return merge_splits(acc, m, l, max_q, rep, D).to(q.dtype)
+    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
+    _merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
+                                   HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
+    return out
 
 
-def merge_splits(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, max_q: int, rep: int, D: int) -> torch.Tensor:
-    """Partials acc [B, Hkv, S, M, BD], m/l [B, Hkv, S, M] -> [B, max_q, Hkv*rep, D] float32."""
-    B, Hkv = acc.shape[:2]
-    mx = m.amax(dim=2, keepdim=True)
-    w = torch.exp(m - mx)  # [B, Hkv, S, M]; splits with no visible key weigh 0
-    o = (acc * w[..., None]).sum(2) / (l * w).sum(2)[..., None]  # [B, Hkv, M, BD]
-    o = o[:, :, : max_q * rep, :D].reshape(B, Hkv, max_q, rep, D)
-    return o.permute(0, 2, 1, 3, 4).reshape(B, max_q, Hkv * rep, D)
+@triton.jit
+def _merge_splits_kernel(
+    acc_ptr, m_ptr, l_ptr, o_ptr, num_splits, max_q, s_ob, s_oj, s_oh,
+    HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Partials of one (request, kv head) -> its rows of o [B, max_q, H, D], in o's dtype."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    base = (b * HKV + h) * num_splits
+    mx = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    for sp in range(0, num_splits):
+        mx = tl.maximum(mx, tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m))
+    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for sp in range(0, num_splits):
+        w = tl.exp(tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m) - mx)  # splits with no visible key weigh 0
+        den += w * tl.load(l_ptr + (base + sp) * BLOCK_M + offs_m)
+        a = tl.load(acc_ptr + ((base + sp) * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :])
+        num += w[:, None] * a
+    o = num / tl.maximum(den, 1.0e-30)[:, None]
+    j = offs_m // REP
+    head = h * REP + offs_m % REP
+    ok = (offs_m < max_q * REP)[:, None] & (offs_d < D)[None, :]
+    dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
+    tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=ok)
