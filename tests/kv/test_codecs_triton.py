@@ -161,7 +161,8 @@ def test_fused_write_stores_what_the_torch_encoder_stores(scheme):
                 assert (a != b).float().mean() < 0.01, name
             else:
                 torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
-        torch.testing.assert_close(ref.read(slots), got.read(slots), atol=0.05, rtol=0)
+        off = (ref.read(slots) - got.read(slots)).abs() > 1e-3
+        assert off.float().mean() < 0.01  # only where a code differs (a tie, or a rotation ulp on the GPU)
 
 
 @here
