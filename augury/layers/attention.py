@@ -50,6 +50,7 @@ class GroupAttnMeta:
     # a step mixing single-token decodes with longer windows is split in two segments
     # (flat rows [lo, hi) each) so decodes are not padded to the longest window: (lo, hi, meta)
     parts: list[tuple[int, int, "GroupAttnMeta"]] | None = None
+    dense: bool = False  # the mask is all True (one request reading every key): attention skips it
     _bias: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
@@ -183,6 +184,7 @@ def _build(
             max_kv=max_kv,
             q_index=q_index,
             out_index=out_index,
+            dense=bool(mask.all()),
         )
     return AttentionMetadata(
         positions=dev(pos),
@@ -237,6 +239,8 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
                     softcap: float | None) -> torch.Tensor:
     T, H, D = q.shape
     B, max_q = gmeta.num_seqs, gmeta.max_q
+    if max_q == 1 and softcap is None and q.device.type == "cpu":
+        return _attend_decode(q, read_k, read_v, gmeta, scale)
     if gmeta.q_index is None:
         qp = q.reshape(B, max_q, H, D)
     else:
@@ -260,6 +264,29 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
     if gmeta.out_index is None:
         return o.reshape(T, H, D)
     return o.reshape(B * max_q, H, D).index_select(0, gmeta.out_index)
+
+
+def _attend_decode(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: GroupAttnMeta,
+                   scale: float) -> torch.Tensor:
+    """One query per request, q [B, H, D] -> [B, H, D] (CPU; GPUs keep SDPA's decode kernels).
+
+    Two batched matmuls and a softmax, with the query heads grouped under their KV head
+    (GQA without repeating K/V): for one row SDPA's kernel setup costs more than the math."""
+    B, H, D = q.shape
+    flat = gmeta.gather_slots.view(-1)
+    kc = read_k(flat)  # [B * max_kv, Hkv, D]
+    vc = read_v(flat)
+    Hkv = kc.shape[1]
+    if kc.dtype != q.dtype:
+        kc, vc = kc.to(q.dtype), vc.to(q.dtype)
+    kc = kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1)  # [B, Hkv, D, max_kv]
+    vc = vc.view(B, -1, Hkv, D).transpose(1, 2)  # [B, Hkv, max_kv, D]
+    # HF repeat_kv order: query head h reads KV head h // (H // Hkv)
+    s = torch.matmul(q.view(B, Hkv, H // Hkv, D), kc).mul_(scale)  # [B, Hkv, rep, max_kv]
+    if not gmeta.dense:
+        s.add_(gmeta.additive_mask(q.dtype))  # [B, 1, 1, max_kv] broadcasts over heads
+    p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(p, vc).view(B, H, D)
 
 
 def softcap_attention(

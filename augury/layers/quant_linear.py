@@ -313,6 +313,8 @@ class Int4Linear(nn.Module):
         self._n_padded = _round_up(out_features, _N_ALIGN)
         self._inner_k_tiles = _inner_k_tiles(self._k_padded)
         self._layout = device.type
+        # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
+        self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
         self.register_buffer("packed", None)
         self.register_buffer(
             "scales_zeros", torch.zeros(self._k_padded // group_size, self._n_padded, 2, dtype=act_dtype, device=device)
@@ -384,6 +386,14 @@ class Int4Linear(nn.Module):
         """x [..., in] -> [..., out] in x's dtype."""
         if self.packed.device.type != self._layout:
             self._repack_for(self.packed.device.type)
+        if self._plain and x.dim() == 2:
+            # hot path (every decode step, 4x per layer): no padding, bias or reshape to pay for
+            x2 = x.to(self.act_dtype).contiguous()
+            if self._layout == "cpu":
+                y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
+            else:
+                y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
+            return y.to(x.dtype)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(self.act_dtype)
         if self._k_padded != self.in_features:

@@ -132,6 +132,10 @@ def reference(q_new, k_hist, v_hist, nc, window, scale, softcap):
         ([(4, 3), (0, 3), (11, 3)], 4, None),  # uniform verify windows
         ([(4, 1), (9, 1), (0, 6), (3, 2)], None, None),  # decodes first: two segments
         ([(12, 1), (2, 1), (5, 4), (0, 7)], 5, None),  # two segments, sliding
+        ([(13, 1)], None, None),  # one decode reading every key: the mask is skipped
+        ([(13, 1)], 5, None),  # one sliding decode: block-aligned start leaves masked keys
+        ([(12, 1), (2, 1), (7, 1)], 5, None),  # uniform sliding decode, padded keys
+        ([(12, 1), (2, 1)], None, 2.0),  # decode with softcap takes the eager softcap path
     ],
 )
 def test_paged_attention_matches_dense_reference(lens, window, softcap):
@@ -171,3 +175,40 @@ def test_paged_attention_matches_dense_reference(lens, window, softcap):
         torch.testing.assert_close(out[qs[i] : qs[i + 1]].double(), want, atol=1e-5, rtol=1e-5)
     # new K/V landed in their slots
     torch.testing.assert_close(pool.k[meta.groups[group].slot_mapping], torch.cat(k_new))
+
+
+def test_dense_flag_only_when_every_key_is_visible():
+    full = build_attention_metadata(make_specs([(13, 1)]), BS, {"full": None}, "cpu").groups["full"]
+    assert full.dense and full.mask.all()
+    two = build_attention_metadata(make_specs([(13, 1), (2, 1)]), BS, {"full": None}, "cpu").groups["full"]
+    assert not two.dense
+    specs = make_specs([(13, 1)], window=5)
+    specs[0].block_tables = {"sliding": specs[0].block_tables["sliding"]}
+    slid = build_attention_metadata(specs, BS, {"sliding": 5}, "cpu").groups["sliding"]
+    assert not slid.dense and not slid.mask.all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_path_agrees_with_sdpa(dtype):
+    """The CPU one-query path against SDPA on the same gathered keys (GQA, padding mask)."""
+    import torch.nn.functional as F
+
+    from augury.layers.attention import _attend_decode
+
+    torch.manual_seed(0)
+    H, Hkv, D = 6, 2, 16
+    lens = [(9, 1), (3, 1), (17, 1)]
+    meta = build_attention_metadata(make_specs(lens), BS, {"full": None}, "cpu")
+    gm = meta.groups["full"]
+    pool = SimplePool(64, Hkv, D, dtype)
+    pool.k.normal_()
+    pool.v.normal_()
+    q = torch.randn(len(lens), H, D, dtype=dtype)
+    got = _attend_decode(q, lambda s: pool.k.index_select(0, s), lambda s: pool.v.index_select(0, s), gm, 0.25)
+    B, K = gm.gather_slots.shape
+    kc = pool.k[gm.gather_slots.view(-1)].view(B, K, Hkv, D).transpose(1, 2)
+    vc = pool.v[gm.gather_slots.view(-1)].view(B, K, Hkv, D).transpose(1, 2)
+    want = F.scaled_dot_product_attention(q.view(B, H, 1, D).float(), kc.float(), vc.float(), attn_mask=gm.mask,
+                                          scale=0.25, enable_gqa=True).view(B, H, D)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)

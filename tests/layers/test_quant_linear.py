@@ -256,3 +256,18 @@ def test_int4_moves_between_cpu_and_cuda():
 def test_int4_cuda_needs_bf16():
     with pytest.raises(ValueError, match="bfloat16"):
         Int4Linear.from_linear(_linear(64, 16).cuda(), act_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_plain_fast_path_is_bit_identical(dtype):
+    """An aligned, bias-free Int4Linear takes the one-kernel path; it must equal the general path."""
+    torch.manual_seed(0)
+    m = Int4Linear.from_linear(nn.Linear(128, 64, bias=False), 32)
+    assert m._plain
+    x = torch.randn(3, 128, dtype=dtype)
+    fast = m(x)
+    m._plain = False
+    torch.testing.assert_close(fast, m(x), atol=0, rtol=0)
+    assert fast.dtype == dtype
+    assert not Int4Linear.from_linear(nn.Linear(128, 64, bias=True), 32)._plain
+    assert not Int4Linear.from_linear(nn.Linear(100, 64, bias=False), 32)._plain  # K padded to whole groups
