@@ -67,6 +67,12 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
         from augury.weights.quantize import quantize_model
 
         quantize_model(model, cfg.weights)
+        if cfg.weights == "int4" and device.type == "cpu":
+            from augury.layers.quant_linear import keep_dense_copies
+
+            kept = keep_dense_copies(model)  # ~3x faster prefill for small models (bf16 copies)
+            if kept:
+                log.info("int4: keeping %.0f MiB of bf16 weight copies for prefill", kept / 2**20)
     model.eval()
     if cfg.compile:
         # one graph for every step shape (dynamic=True); compute_logits stays eager

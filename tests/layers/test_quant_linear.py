@@ -271,3 +271,35 @@ def test_int4_plain_fast_path_is_bit_identical(dtype):
     assert fast.dtype == dtype
     assert not Int4Linear.from_linear(nn.Linear(128, 64, bias=True), 32)._plain
     assert not Int4Linear.from_linear(nn.Linear(100, 64, bias=False), 32)._plain  # K padded to whole groups
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_int4_dense_copy_for_many_rows(bias):
+    """keep_dense_copy: many-row inputs go through the bf16 copy (weight rounded to bf16), few rows
+    through the kernel; both stay close to the dequantized reference."""
+    torch.manual_seed(0)
+    m = Int4Linear.from_linear(nn.Linear(128, 64, bias=bias), 32)
+    few, many = torch.randn(2, 128), torch.randn(m.dense_min_rows, 128)
+    before = m(few)
+    m.keep_dense_copy()
+    assert m.dense_weight.dtype == torch.bfloat16 and m.dense_weight.shape == (64, 128)
+    torch.testing.assert_close(m(few), before, atol=0, rtol=0)  # the kernel still serves few rows
+    ref = many.bfloat16().float() @ m.dequantize().bfloat16().float().T
+    if bias:
+        ref = ref + m.bias
+    got = m(many)
+    torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2)
+    # the many-row result is exactly the dense matmul on the bf16 copy
+    want = torch.nn.functional.linear(many.bfloat16(), m.dense_weight).float()
+    torch.testing.assert_close(got, want if not bias else want + m.bias, atol=0, rtol=0)
+
+
+def test_keep_dense_copies_budget_and_lm_head():
+    from augury.layers.quant_linear import keep_dense_copies
+
+    model = nn.Sequential()
+    model.add_module("proj", Int4Linear.from_linear(nn.Linear(64, 32), 32))
+    model.add_module("lm_head", Int4Linear.from_linear(nn.Linear(64, 96), 32))
+    assert keep_dense_copies(model, max_bytes=100) == 0 and model.proj.dense_weight is None
+    assert keep_dense_copies(model) == 32 * 64 * 2
+    assert model.proj.dense_weight is not None and model.lm_head.dense_weight is None
