@@ -28,8 +28,8 @@ _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0
 # int8 kernel on CPU (measured 2-10x at 64+ rows, parity around 8-16; the kernel is a GEMV at heart)
 INT8_DENSE_MIN_ROWS = 16
 # Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; a bf16 copy of the weight
-# through the dense matmul is ~3x faster at prefill sizes (measured 512 rows, SmolLM2 shapes)
-INT4_DENSE_MIN_ROWS = 32
+# through the dense matmul is ~3x faster at prefill sizes (512 rows) and ~1.6x at 16 (SmolLM2 shapes)
+INT4_DENSE_MIN_ROWS = 16
 _DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 
 
