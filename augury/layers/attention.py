@@ -239,7 +239,9 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
                     softcap: float | None) -> torch.Tensor:
     T, H, D = q.shape
     B, max_q = gmeta.num_seqs, gmeta.max_q
-    if max_q == 1 and softcap is None and q.device.type == "cpu":
+    # the grouped-matmul decode path is for eager CPU steps; under torch.compile its
+    # data-dependent "dense" switch breaks dynamic shapes, and inductor fuses SDPA anyway
+    if max_q == 1 and softcap is None and q.device.type == "cpu" and not torch.compiler.is_compiling():
         return _attend_decode(q, read_k, read_v, gmeta, scale)
     if gmeta.q_index is None:
         qp = q.reshape(B, max_q, H, D)
