@@ -28,7 +28,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
     g.add_argument("--compile", action="store_true",
-                   help="torch.compile the forward (faster decode; the first start compiles for a minute)")
+                   help="experimental: torch.compile the forward (dynamic shapes; the first start compiles for minutes)")
     pc = p.add_argument_group("prefix cache")
     pc.add_argument("--prompt-cache-bytes", default=None,
                     help="RAM kept for finished requests' KV blocks (e.g. 2GiB; default: whatever the KV pool holds)")
