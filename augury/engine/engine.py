@@ -239,7 +239,8 @@ class Engine:
         return {
             "num_waiting": len(self.scheduler.waiting),
             "num_running": len(self.scheduler.running),
-            "kv_blocks_total": self.blocks.num_total_blocks(),
+            # the CUDA-graph scratch block (one per group) is held for the engine's lifetime
+            "kv_blocks_total": self.blocks.num_total_blocks() - (len(self.runner.graphs.trash) if self.runner.graphs else 0),
             "kv_blocks_free": self.blocks.num_free_blocks(),
             "kv_block_size": self.blocks.block_size,
             "kv_codec": self.kv_codec.id,
