@@ -45,7 +45,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--draft-model", default=None, help="draft model (name or path) for --spec draft-model")
     sp.add_argument("--draft-weights", default="native", choices=["native", "int8", "int4"],
                     help="weight quantization of the draft model")
-    sp.add_argument("--num-draft-tokens", type=int, default=8, help="most draft tokens per round")
+    sp.add_argument("--num-draft-tokens", type=int, default=10, help="most draft tokens per round")
     sp.add_argument("--spec-layers", type=int, default=None, help="layerskip: target layers used to draft")
     sp.add_argument("--no-adaptive-draft", action="store_true", help="always draft --num-draft-tokens")
 

@@ -203,7 +203,7 @@ class EngineConfig:
     spec: str = "off"  # off | ngram | draft-model | layerskip
     draft_model: str | None = None  # path/name of the draft model (draft-model method)
     draft_weights: str = "native"  # weight quantization of the draft model
-    num_draft_tokens: int = 8  # most drafts per round; the adaptive policy may use fewer
+    num_draft_tokens: int = 10  # most drafts per round; the adaptive policy may use fewer
     spec_layers: int | None = None  # layerskip: layers of the target used as drafter
     spec_adaptive: bool = True
     ngram_min: int = 1
