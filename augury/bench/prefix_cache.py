@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from typing import Any
 
 TEXT = ("The history of computing is a story of abstraction: each generation of engineers hides the "

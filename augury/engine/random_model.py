@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-import torch
 
 from augury.config import EngineConfig, ModelConfig
 from augury.engine.loader import LoadedModel, pick_device, pick_dtype

@@ -16,7 +16,7 @@ from augury.server import convert
 from augury.server.errors import APIError, anthropic_body, bad_request
 from augury.server.schemas_anthropic import MessagesRequest, TextBlock, ToolResultBlock, ToolUseBlock
 from augury.server.sse import SSE_HEADERS, named_event
-from augury.server.streaming import DisconnectAwareStream, collect_unless_disconnected, merge, submit_all
+from augury.server.streaming import DisconnectAwareStream, collect_unless_disconnected, merge, submit_all, final_or_500
 from augury.server.tool_calls import CallDelta, ContentDelta, StreamingToolParser, parse_tool_calls
 
 router = APIRouter()
@@ -125,9 +125,7 @@ async def messages(body: MessagesRequest, request: Request):
         return DisconnectAwareStream(gen, media_type="text/event-stream", headers=SSE_HEADERS)
 
     (seq,) = await collect_unless_disconnected(request, handles, metrics, t0)
-    final = seq[-1]
-    if final.error or final.finish_reason == "error":
-        raise APIError(500, f"generation failed: {final.error or 'engine error'}")
+    final = final_or_500(seq)
     text = "".join(o.text for o in seq)
     content: list[dict] = []
     calls = []

@@ -16,7 +16,7 @@ from augury.server.convert import speculation_usage
 from augury.server.errors import APIError, bad_request, openai_body
 from augury.server.schemas_openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from augury.server.sse import SSE_HEADERS, data_event
-from augury.server.streaming import DisconnectAwareStream, collect_unless_disconnected, merge, submit_all
+from augury.server.streaming import DisconnectAwareStream, collect_unless_disconnected, merge, submit_all, final_or_500
 from augury.server.tool_calls import CallDelta, ContentDelta, StreamingToolParser, parse_tool_calls
 
 router = APIRouter()
@@ -202,9 +202,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     outs = await collect_unless_disconnected(request, handles, metrics, t0)
     choices, finals = [], []
     for i, seq in enumerate(outs):
-        final = seq[-1]
-        if final.error or final.finish_reason == "error":
-            raise APIError(500, f"generation failed: {final.error or 'engine error'}")
+        final = final_or_500(seq)
         finals.append(final)
         text = "".join(o.text for o in seq)
         message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -335,9 +333,7 @@ async def completions(body: CompletionRequest, request: Request):
     outs = await collect_unless_disconnected(request, handles, metrics, t0)
     choices, finals = [], []
     for i, seq in enumerate(outs):
-        final = seq[-1]
-        if final.error or final.finish_reason == "error":
-            raise APIError(500, f"generation failed: {final.error or 'engine error'}")
+        final = final_or_500(seq)
         finals.append(final)
         lps = None
         if body.logprobs is not None:

@@ -151,3 +151,13 @@ class DisconnectAwareStream(StreamingResponse):
             tg.start_soon(run_stream)
             await self.listen_for_disconnect(receive)
             tg.cancel_scope.cancel()
+
+
+def final_or_500(seq: list) -> Any:
+    """The last delta of a collected request; a failed generation becomes a 500 in the route's format."""
+    final = seq[-1]
+    if final.error or final.finish_reason == "error":
+        from augury.server.errors import APIError
+
+        raise APIError(500, f"generation failed: {final.error or 'engine error'}")
+    return final

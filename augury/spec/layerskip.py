@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
 
 from augury.spec.draft_model import ModelDrafter
