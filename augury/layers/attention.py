@@ -261,7 +261,8 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
             qp, kc, vc, attn_mask=gmeta.additive_mask(q.dtype), scale=scale, enable_gqa=kc.shape[1] != H
         )
     else:
-        o = softcap_attention(qp, kc, vc, gmeta.mask, scale, softcap)
+        # the additive mask, not the bool one: under CUDA graphs only the additive mask is refilled
+        o = softcap_attention(qp, kc, vc, gmeta.additive_mask(q.dtype), scale, softcap)
     o = o.transpose(1, 2)  # [B, max_q, H, D]
     if gmeta.out_index is None:
         return o.reshape(T, H, D)
@@ -294,7 +295,8 @@ def _attend_decode(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Group
 def softcap_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float
 ) -> torch.Tensor:
-    """q [B, H, Q, D], k/v [B, Hkv, K, D], mask [B, 1, Q, K] -> [B, H, Q, D].
+    """q [B, H, Q, D], k/v [B, Hkv, K, D], mask [B, 1, Q, K] (bool, True = attend, or an
+    additive 0/-inf mask) -> [B, H, Q, D].
 
     Eager path for tanh logit softcapping (Gemma 2 style), softmax in float32 as HF does.
     """
@@ -304,6 +306,6 @@ def softcap_attention(
         v = v.repeat_interleave(rep, dim=1)
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
     s = torch.tanh(s / softcap) * softcap
-    s = s.masked_fill(~mask, float("-inf"))
+    s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
     p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
     return torch.matmul(p, v)
