@@ -64,7 +64,7 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.model_config = loaded.config
         self.model_id = loaded.name
-        self.aliases: list[str] = []
+        self.aliases: list[str] = _registry_aliases(config.model, loaded.name)
         cfg = loaded.config
         max_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         budget = kv_budget_bytes(config.kv_budget, loaded.device)
@@ -335,6 +335,16 @@ class Engine:
                 except Exception as e:  # keep serving: fail what was running, log why
                     log.error("engine step failed: %s\n%s", e, traceback.format_exc())
                     self.core.fail_all(f"{type(e).__name__}: {e}")
+
+
+def _registry_aliases(model: str, model_id: str) -> list[str]:
+    """Other names a registered model answers to (the server accepts them as `model`)."""
+    from augury.weights.registry import find_entry
+
+    entry = find_entry(str(model))
+    if entry is None:
+        return []
+    return [n for n in (entry.name, *entry.aliases) if n != model_id]
 
 
 def _copy_params(p: SamplingParams) -> SamplingParams:
