@@ -28,6 +28,7 @@ import torch
 
 from augury.config import ModelConfig
 from augury.engine.random_model import SHAPES
+from augury.bench.roofline import timed_decode
 from augury.engine.types import SamplingParams
 from augury.kv.codecs import EncodedStore, parse_codec
 from augury.kv.pool import parse_bytes, plan_groups
@@ -117,16 +118,8 @@ def _decode_tok_s(engine, batch: int, prompt_len: int, new_tokens: int, reps: in
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     rates, cached = [], []
     for r in range(reps + 1):
-        hs = [engine.submit(p, sp) for p in prompts]
-        its = [iter(h) for h in hs]
-        firsts = [next(it) for it in its]
+        n, dt, firsts = timed_decode(engine, prompts, sp)
         cached.append(min(f.cached_tokens for f in firsts))
-        t0 = time.perf_counter()
-        n = 0
-        for it in its:
-            for out in it:
-                n += len(out.token_ids)
-        dt = time.perf_counter() - t0
         if r:
             rates.append(n / dt)
     return {"batch": batch, "tok_s": statistics.median(rates), "min": min(rates), "max": max(rates),

@@ -78,30 +78,28 @@ def weight_bytes(engine: Engine) -> int:
     return total
 
 
+def timed_decode(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -> tuple[int, float, list]:
+    """Submit all prompts, wait for each one's first token (prefill done), then time the
+    rest: -> (tokens decoded after the first ones, seconds, first deltas)."""
+    its = [iter(engine.submit(p, sp)) for p in prompts]
+    firsts = [next(it) for it in its]
+    t0 = time.perf_counter()
+    n = sum(len(out.token_ids) for it in its for out in it)
+    return n, time.perf_counter() - t0, firsts
+
+
 def decode_rate(engine: Engine, batch: int, prompt_len: int, new_tokens: int, reps: int) -> dict:
     g = torch.Generator().manual_seed(0)
     V = engine.model_config.vocab_size
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    rates, per_req = [], []
+    rates = []
     for r in range(reps + 1):
         prompts = [torch.randint(0, V, (prompt_len,), generator=g).tolist() for _ in range(batch)]
-        # prefill everything first, then time pure decode steps
-        hs = [engine.submit(p, sp) for p in prompts]
-        t0 = None
-        counts = 0
-        its = [iter(h) for h in hs]
-        firsts = [next(it) for it in its]  # first token of each = prefill done
-        t0 = time.perf_counter()
-        for it in its:
-            for out in it:
-                counts += len(out.token_ids)
-        dt = time.perf_counter() - t0
-        if r:
-            rates.append(counts / dt)
-            per_req.append(counts / dt / batch)
-        del firsts
+        n, dt, _ = timed_decode(engine, prompts, sp)
+        if r:  # rep 0 warms up
+            rates.append(n / dt)
     return {"batch": batch, "agg_tok_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-            "per_request_tok_s": statistics.median(per_req)}
+            "per_request_tok_s": statistics.median(rates) / batch}
 
 
 def prefill_rate(engine: Engine, prompt_len: int, reps: int) -> float:
