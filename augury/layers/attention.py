@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from augury.layers.attention_decode_cpu import attend_decode_cpu
+
 
 @dataclass
 class SeqSpec:
@@ -242,7 +244,7 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
     # the grouped-matmul decode path is for eager CPU steps; under torch.compile its
     # data-dependent "dense" switch breaks dynamic shapes, and inductor fuses SDPA anyway
     if max_q == 1 and softcap is None and q.device.type == "cpu" and not torch.compiler.is_compiling():
-        return _attend_decode(q, read_k, read_v, gmeta, scale)
+        return attend_decode_cpu(q, read_k, read_v, gmeta, scale)
     if gmeta.q_index is None:
         qp = q.reshape(B, max_q, H, D)
     else:
@@ -267,29 +269,6 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
     if gmeta.out_index is None:
         return o.reshape(T, H, D)
     return o.reshape(B * max_q, H, D).index_select(0, gmeta.out_index)
-
-
-def _attend_decode(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: GroupAttnMeta,
-                   scale: float) -> torch.Tensor:
-    """One query per request, q [B, H, D] -> [B, H, D] (CPU; GPUs keep SDPA's decode kernels).
-
-    Two batched matmuls and a softmax, with the query heads grouped under their KV head
-    (GQA without repeating K/V): for one row SDPA's kernel setup costs more than the math."""
-    B, H, D = q.shape
-    flat = gmeta.gather_slots.view(-1)
-    kc = read_k(flat)  # [B * max_kv, Hkv, D]
-    vc = read_v(flat)
-    Hkv = kc.shape[1]
-    if kc.dtype != q.dtype:
-        kc, vc = kc.to(q.dtype), vc.to(q.dtype)
-    kc = kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1)  # [B, Hkv, D, max_kv]
-    vc = vc.view(B, -1, Hkv, D).transpose(1, 2)  # [B, Hkv, max_kv, D]
-    # HF repeat_kv order: query head h reads KV head h // (H // Hkv)
-    s = torch.matmul(q.view(B, Hkv, H // Hkv, D), kc).mul_(scale)  # [B, Hkv, rep, max_kv]
-    if not gmeta.dense:
-        s.add_(gmeta.additive_mask(q.dtype))  # [B, 1, 1, max_kv] broadcasts over heads
-    p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(p, vc).view(B, H, D)
 
 
 def softcap_attention(

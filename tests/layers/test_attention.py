@@ -193,7 +193,7 @@ def test_decode_path_agrees_with_sdpa(dtype):
     """The CPU one-query path against SDPA on the same gathered keys (GQA, padding mask)."""
     import torch.nn.functional as F
 
-    from augury.layers.attention import _attend_decode
+    from augury.layers.attention_decode_cpu import attend_decode_cpu
 
     torch.manual_seed(0)
     H, Hkv, D = 6, 2, 16
@@ -204,7 +204,7 @@ def test_decode_path_agrees_with_sdpa(dtype):
     pool.k.normal_()
     pool.v.normal_()
     q = torch.randn(len(lens), H, D, dtype=dtype)
-    got = _attend_decode(q, lambda s: pool.k.index_select(0, s), lambda s: pool.v.index_select(0, s), gm, 0.25)
+    got = attend_decode_cpu(q, lambda s: pool.k.index_select(0, s), lambda s: pool.v.index_select(0, s), gm, 0.25)
     B, K = gm.gather_slots.shape
     kc = pool.k[gm.gather_slots.view(-1)].view(B, K, Hkv, D).transpose(1, 2)
     vc = pool.v[gm.gather_slots.view(-1)].view(B, K, Hkv, D).transpose(1, 2)
