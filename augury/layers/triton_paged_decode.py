@@ -1,0 +1,225 @@
+"""Paged decode attention over a native (bf16/fp16/fp32) KV pool, in Triton, for the CUDA path.
+
+The eager path gathers every slot a request reads into a dense [B, Hkv, max_kv, D]
+copy (index_select) and then calls SDPA: at batch 64 that copy is written and read
+again, so attention moves about three times the bytes it needs. This kernel reads
+the pool rows in place through `gather_slots`.
+
+One program owns (request, kv head, split of the context). Its query rows are the
+request's max_q new tokens x the heads sharing that kv head (GQA), so each K/V tile
+is loaded once for all of them and fed to tensor-core dots. Splits (flash-decoding)
+keep the GPU busy when batch x kv heads is small (B = 1 at long context); a small
+second kernel merges their partial softmax states. With a single split the first
+kernel normalizes and writes the output itself.
+
+Calling convention = `augury.kv.codecs.triton_attention.encoded_decode_attention`
+(q [B, max_q, H, D], gather_slots [B, max_kv], additive mask [B, 1, max_q, max_kv]).
+The mask is read on every call, never rebuilt: CUDA graphs refill it in place. The
+grid depends only on shapes, so the call can be captured. Written so it also runs
+under TRITON_INTERPRET=1 on the CPU (tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -> bool:
+    """True when this kernel can run a step with these query rows over this pool.
+
+    q: [T, H, D] or [B, max_q, H, D]; k_pool: [num_slots, Hkv, D] (a plain tensor;
+    encoded stores have their own kernel)."""
+    if not isinstance(k_pool, torch.Tensor) or k_pool.dim() != 3:
+        return False
+    H, D = q.shape[-2], q.shape[-1]
+    Hkv = k_pool.shape[1]
+    if max_q is None:
+        max_q = q.shape[1] if q.dim() == 4 else 1
+    on_device = q.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"  # CPU: interpreter (tests)
+    return (on_device and k_pool.device == q.device
+            and q.dtype in _DTYPES and k_pool.dtype in _DTYPES
+            and k_pool.shape[2] == D and H % Hkv == 0 and D <= 256
+            and 1 <= max_q * (H // Hkv) <= MAX_QUERY_ROWS)
+
+
+@triton.jit
+def _paged_decode_kernel(
+    q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
+    acc_ptr, m_ptr, l_ptr,
+    max_q, max_kv, split_len, num_splits, sm_scale, softcap,
+    s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
+    REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    sp = tl.program_id(2)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row_ok = offs_m < max_q * REP
+    j = tl.minimum(offs_m // REP, max_q - 1)  # query token of each program row
+    head = h * REP + offs_m % REP
+    q = tl.load(q_ptr + b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
+    cdt = q.dtype
+
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo = sp * split_len
+    hi = tl.minimum(lo + split_len, max_kv)
+    k_base = k_ptr + h * s_kh + offs_d[None, :]
+    v_base = v_ptr + h * s_vh + offs_d[None, :]
+    for start in range(lo, hi, BLOCK_N):
+        n = start + offs_n
+        n_ok = n < hi
+        slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
+        ld = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
+        v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
+        bias = tl.load(bias_ptr + b * s_bb + j[:, None] * s_bj + n[None, :] * s_bn,
+                       mask=n_ok[None, :], other=float("-inf")).to(tl.float32)  # [M, N]
+        if FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * sm_scale
+        if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
+        s = s + bias
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
+        m_i = m_new
+    if SPLIT:
+        part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
+        tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
+        tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
+        tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
+    else:
+        o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
+        dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
+        tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _merge_kernel(
+    acc_ptr, m_ptr, l_ptr, o_ptr, num_splits, max_q, s_ob, s_oj, s_oh,
+    HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Partials of one (request, kv head) -> its rows of o [B, max_q, H, D], in o's dtype."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    base = (b * HKV + h) * num_splits
+    mx = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    for sp in range(0, num_splits):
+        mx = tl.maximum(mx, tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m))
+    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for sp in range(0, num_splits):
+        w = tl.exp(tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m) - mx)  # a split with no visible key weighs 0
+        den += w * tl.load(l_ptr + (base + sp) * BLOCK_M + offs_m)
+        num += w[:, None] * tl.load(acc_ptr + ((base + sp) * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :])
+    o = num / tl.maximum(den, 1.0e-30)[:, None]
+    j = offs_m // REP
+    head = h * REP + offs_m % REP
+    ok = (offs_m < max_q * REP)[:, None] & (offs_d < D)[None, :]
+    tl.store(o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :],
+             o.to(o_ptr.dtype.element_ty), mask=ok)
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def num_splits_for(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
+                   waves: int = 4, min_tiles: int = 2) -> int:
+    """Splits so the grid covers the GPU `waves` times over, each split over >= `min_tiles`
+    key tiles. A function of shapes only: the same step always launches the same grid."""
+    target = waves * _sm_count(device)
+    want = max(1, -(-target // batch_kv_heads))
+    most = max(1, -(-max_kv // (min_tiles * block_n)))
+    return min(want, most)
+
+
+def _launch_config(rows: int, d: int) -> tuple[int, int, int]:
+    """(block_n, num_warps, num_stages) for `rows` query rows per program and head dim d."""
+    if rows <= 16:
+        return (64 if d <= 128 else 32), 4, 3
+    return 32, 4, 2
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # [B, max_q, H, D]
+    k_pool: torch.Tensor,  # [num_slots, Hkv, D]
+    v_pool: torch.Tensor,
+    gather_slots: torch.Tensor,  # [B, max_kv] long
+    bias: torch.Tensor,  # [B, 1, max_q, max_kv] additive (0 / -inf), any float dtype
+    scale: float,
+    softcap: float | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:
+    """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load."""
+    B, max_q, H, D = q.shape
+    Hkv = k_pool.shape[1]
+    rep = H // Hkv
+    max_kv = gather_slots.shape[1]
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k_pool.stride(-1) != 1 or v_pool.stride(-1) != 1:
+        raise ValueError("pools need a unit stride along head_dim")
+    if gather_slots.stride(-1) != 1:
+        gather_slots = gather_slots.contiguous()
+    BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    bn, nw, ns = _launch_config(BLOCK_M, BLOCK_D)
+    block_n = block_n or bn
+    S = num_splits or num_splits_for(B * Hkv, max_kv, block_n, q.device)
+    split_len = -(-max_kv // S)
+    split_len = -(-split_len // block_n) * block_n  # whole tiles per split
+    S = -(-max_kv // split_len)
+    dev = q.device
+    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
+    if S > 1:
+        acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
+        m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
+        l = torch.empty_like(m)
+    else:
+        acc = m = l = out  # unused
+    _paged_decode_kernel[(B, Hkv, S)](
+        q, k_pool, v_pool, gather_slots, bias, out, acc, m, l,
+        max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
+        q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
+        v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
+        bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
+        REP=rep, D=D, HKV=Hkv, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
+        USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
+        num_warps=num_warps or nw, num_stages=num_stages or ns,
+    )
+    if S > 1:
+        _merge_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
+                                HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
+    return out

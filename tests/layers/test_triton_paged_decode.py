@@ -1,0 +1,166 @@
+"""The Triton paged decode-attention kernel over a native pool equals gather + attention.
+
+Runs under TRITON_INTERPRET=1 on the CPU (kept small: the interpreter is slow); on a
+CUDA machine (AUGURY_TEST_DEVICE=cuda or any visible GPU) the same checks run compiled."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+CPU = not torch.cuda.is_available()
+# the interpreter must be on before triton is first imported; if something imported
+# triton earlier in this process, the checks run in a fresh one instead
+FRESH = not CPU or "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
+if CPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from augury.layers.attention import SeqSpec, build_attention_metadata, softcap_attention  # noqa: E402
+from augury.layers.triton_paged_decode import paged_decode_attention, supported  # noqa: E402
+
+here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
+cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+BS = 8
+
+
+def _case(lens, H=4, Hkv=2, D=64, window=None, seed=0, num_blocks=24, dtype=torch.float32):
+    """Random pools (NaN in every slot nobody wrote) with shuffled block tables for `lens`."""
+    g = torch.Generator().manual_seed(seed)
+    n_slots = num_blocks * BS
+    kp = torch.full((n_slots, Hkv, D), float("nan"))
+    vp = torch.full((n_slots, Hkv, D), float("nan"))
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    specs = []
+    for nc, nn in lens:
+        nb = -(-(nc + nn) // BS)
+        table = [perm.pop() for _ in range(nb)]
+        specs.append(SeqSpec(nc, nn, {"full": table}))
+        slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(nc + nn)])
+        kp[slots] = torch.randn(nc + nn, Hkv, D, generator=g) * 2
+        vp[slots] = torch.randn(nc + nn, Hkv, D, generator=g)
+    gm = build_attention_metadata(specs, BS, {"full": window}, DEV).groups["full"]
+    q = torch.randn(gm.num_seqs, gm.max_q, H, D, generator=g)
+    return q.to(DEV, dtype), kp.to(DEV, dtype), vp.to(DEV, dtype), gm
+
+
+def _reference(q, kp, vp, gm, scale, softcap):
+    """Gather every slot each request reads, then plain float32 attention -> [B, Q, H, D]."""
+    B, Q, H, D = q.shape
+    flat = gm.gather_slots.view(-1)
+    k = kp.index_select(0, flat).view(B, -1, kp.shape[1], D).transpose(1, 2).float()
+    v = vp.index_select(0, flat).view(B, -1, vp.shape[1], D).transpose(1, 2).float()
+    o = softcap_attention(q.transpose(1, 2).float(), k, v, gm.mask, scale, 1e9 if softcap is None else softcap)
+    return o.transpose(1, 2)
+
+
+def _check(q, kp, vp, gm, scale=0.125, softcap=None, tol=2e-4, **kw):
+    assert supported(q, kp, gm.max_q)
+    out = paged_decode_attention(q, kp, vp, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap, **kw)
+    ref = _reference(q, kp, vp, gm, scale, softcap)
+    assert out.shape == ref.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+    return out
+
+
+@here
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_and_verify_rows_with_padding(splits):
+    # a decode (1 row), a verify window (4 rows) and a shorter one: padded to 4 rows, padded keys
+    q, kp, vp, gm = _case([(37, 1), (20, 4), (9, 2)])
+    _check(q, kp, vp, gm, num_splits=splits, block_n=16)
+
+
+@here
+def test_mqa_softcap_and_sliding_window():
+    q, kp, vp, gm = _case([(30, 1), (13, 3)], H=4, Hkv=1, window=10, seed=1)
+    _check(q, kp, vp, gm, scale=0.2, softcap=5.0, block_n=16)
+
+
+@here
+def test_splits_merge_to_the_same_result():
+    q, kp, vp, gm = _case([(90, 1), (5, 1)], seed=2)
+    one = _check(q, kp, vp, gm, num_splits=1, block_n=16)
+    many = _check(q, kp, vp, gm, num_splits=5, block_n=16)
+    torch.testing.assert_close(one, many, atol=1e-5, rtol=1e-5)
+
+
+@here
+def test_wide_verify_window_odd_head_dim_and_no_gqa():
+    # 16 verify rows x 1 head per kv head; D = 40 exercises the masked head_dim lanes
+    q, kp, vp, gm = _case([(25, 16), (3, 7)], H=2, Hkv=2, D=40, seed=3)
+    _check(q, kp, vp, gm, block_n=16)
+
+
+@here
+def test_mask_is_read_not_rebuilt():
+    # CUDA graphs refill the additive mask in place: the kernel must follow what it holds
+    q, kp, vp, gm = _case([(20, 1), (20, 1)], seed=4)
+    bias = gm.additive_mask(q.dtype).clone()
+    bias[0, :, :, 5:] = float("-inf")  # request 0 now sees only its first 5 keys
+    out = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, block_n=16)
+    gm.mask[0, :, :, 5:] = False
+    torch.testing.assert_close(out.float(), _reference(q, kp, vp, gm, 0.125, None), atol=2e-4, rtol=2e-4)
+
+
+@here
+def test_half_precision_pool_and_queries():
+    # fp16 exercises the casts a bf16 model takes on the GPU (the interpreter's bf16 tl.dot is not exact)
+    q, kp, vp, gm = _case([(37, 1), (20, 4)], seed=5, dtype=torch.float16)
+    _check(q, kp, vp, gm, tol=3e-3, num_splits=2, block_n=16)
+
+
+@here
+def test_fp32_pool_read_by_half_queries():
+    q, kp, vp, gm = _case([(21, 2)], seed=6)
+    _check(q.half(), kp, vp, gm, tol=3e-3, block_n=16)
+
+
+def test_supported_refuses_what_it_cannot_run():
+    q = torch.zeros(2, 1, 4, 64, device=DEV)
+    kp = torch.zeros(8, 2, 64, device=DEV)
+    assert not supported(q, object(), 1)  # an encoded store: the codec kernel's job
+    assert not supported(q, kp, max_q=64)  # 128 rows per program: a prefill, eager path
+    assert not supported(q, torch.zeros(8, 3, 64, device=DEV), 1)  # H not a multiple of Hkv
+    assert not supported(q, torch.zeros(8, 2, 32, device=DEV), 1)  # head dims differ
+
+
+@cuda_only
+def test_bf16_8b_shape_and_graph_capture():
+    torch.manual_seed(0)
+    B, H, Hkv, D, ctx, bs = 4, 32, 8, 128, 700, 16
+    per = -(-(ctx + 1) // bs)
+    specs = [SeqSpec(ctx - 13 * i, 1, {"full": list(range(i * per, (i + 1) * per))}) for i in range(B)]
+    gm = build_attention_metadata(specs, bs, {"full": None}, DEV).groups["full"]
+    kp = torch.randn(B * per * bs, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    vp = torch.randn_like(kp)
+    q = torch.randn(B, 1, H, D, device=DEV, dtype=torch.bfloat16)
+    bias = gm.additive_mask(torch.bfloat16)
+    ref = _reference(q, kp, vp, gm, D ** -0.5, None)
+    out = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5)
+    q.copy_(torch.randn_like(q))
+    bias[1, :, :, 100:] = float("-inf")  # refill in place, as the runner does
+    gm.mask[1, :, :, 100:] = False
+    graph.replay()
+    torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
+def test_in_fresh_process():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
