@@ -1,0 +1,216 @@
+"""Int4 weight-only matmul for few rows (decode M = 1, verify windows M <= 16), in Triton.
+
+tinygemm (`_weight_int4pack_mm`) reaches about a quarter of HBM bandwidth at M = 1 on
+the H200; at small M the op is a weight stream, so the kernel here is built around
+reading the packed weight once, coalesced, and keeping the dequantize arithmetic small.
+
+Convention (tinygemm's, as in `augury.layers.quant_linear`): w = (q - 8) * scale + zero,
+q in 0..15, one (scale, zero) per `group_size` input columns of an output row.
+
+Layout, built once at load time by `pack` (`Int4Packed`):
+- qweight [ceil(K / group) * group / 8, N] int32: nibble i (bits 4i..4i+3) of word w in
+  column n is q[n, 8w + i]. K-major words so a tile of 8 * BK_W input columns x BLOCK_N
+  outputs is BK_W contiguous rows of 4 * BLOCK_N bytes (coalesced 16-byte loads).
+- scale, zero [G, N] in the activation dtype (bf16: what tinygemm stores too).
+
+Per tile, q (0..15) is multiplied as is and the -8 folds into the zero:
+w = q * s + (zero - 8 s). M = 1 runs on CUDA cores, reducing each group of q * x first and
+scaling once per group (y += s * sum(q x) + z' * sum(x)); more rows dequantize the tile
+and run one tensor-core dot. Long K is split over programs (split-K) when N alone cannot
+fill the GPU; partial sums go to a float32 buffer reduced in a fixed order by a second
+kernel (deterministic, no atomics). Launch parameters are functions of (N, K) only, so a
+row's result does not depend on M beyond the M = 1 / M > 1 path switch.
+Written so it also runs under TRITON_INTERPRET=1 on the CPU (tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # decode and verify widths; prefill-sized inputs take tinygemm / dense matmul
+GROUP_SIZES = (32, 64, 128, 256)
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class Int4Packed:
+    qweight: torch.Tensor  # [Kp / 8, N] int32, Kp = K rounded up to whole groups
+    scale: torch.Tensor  # [G, N]
+    zero: torch.Tensor  # [G, N], tinygemm convention (value at q = 8)
+    n: int
+    k: int
+    group_size: int
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scale, self.zero))
+
+
+def pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int,
+         dtype: torch.dtype = torch.bfloat16, device: torch.device | str | None = None) -> Int4Packed:
+    """q [N, K] (0..15), scale/zero [N, G] -> Int4Packed on `device` (default: q's). Once, at load."""
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"int4 group_size must be one of {GROUP_SIZES}, got {group_size}")
+    n, k = q.shape
+    g = -(-k // group_size)
+    if scale.shape != (n, g) or zero.shape != (n, g):
+        raise ValueError(f"scale/zero must be [{n}, {g}] for q [{n}, {k}] at group {group_size}")
+    device = torch.device(device) if device is not None else q.device
+    kp = g * group_size
+    qp = torch.zeros(n, kp, dtype=torch.int64, device=q.device)  # padded columns meet x = 0
+    qp[:, :k] = q.to(torch.int64)
+    nib = qp.view(n, kp // 8, 8) << (4 * torch.arange(8, device=q.device))
+    words = nib.sum(-1)  # < 2^32: fits int64, reinterpreted as int32 below
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return Int4Packed(
+        qweight=words.T.contiguous().to(device),
+        scale=scale.T.to(dtype).contiguous().to(device),
+        zero=zero.T.to(dtype).contiguous().to(device),
+        n=n, k=k, group_size=group_size,
+    )
+
+
+def supported(x: torch.Tensor, packed: Int4Packed | None = None) -> bool:
+    """True when `int4_linear` runs this input: a CUDA (or interpreted) tensor of <= MAX_ROWS rows."""
+    on_device = x.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    rows = x.numel() // max(1, x.shape[-1])
+    ok = on_device and x.dtype in _ACT_DTYPES and 1 <= rows <= MAX_ROWS
+    if packed is not None:
+        ok = ok and x.shape[-1] == packed.k and packed.qweight.device == x.device
+    return ok
+
+
+@triton.jit
+def _int4_mm_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr,
+    M, N, K, KW, G, k_per_split, s_xm, s_ym,
+    GS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
+):
+    GSUB: tl.constexpr = BLOCK_K if BLOCK_K < GS else GS  # columns per group inside a tile
+    GT: tl.constexpr = BLOCK_K // GSUB  # groups per tile
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_w = tl.arange(0, BLOCK_K // 8)
+    shifts = tl.arange(0, 8) * 4
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, KW * 8)
+    if USE_DOT:
+        offs_m = tl.arange(0, BLOCK_M)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    else:
+        acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        wrow = k0 // 8 + offs_w
+        p = tl.load(w_ptr + wrow[:, None] * N + offs_n[None, :], mask=(wrow < KW)[:, None] & n_ok[None, :],
+                    other=0)  # [BK/8, BN] int32
+        q = (p[:, None, :] >> shifts[None, :, None]) & 15  # [BK/8, 8, BN]: column 8w + i
+        q = tl.reshape(q, [GT, GSUB, BLOCK_N]).to(tl.float32)
+        g = (k0 + tl.arange(0, GT) * GSUB) // GS
+        sz_off = g[:, None] * N + offs_n[None, :]
+        sz_ok = (g < G)[:, None] & n_ok[None, :]
+        s = tl.load(s_ptr + sz_off, mask=sz_ok, other=0.0).to(tl.float32)  # [GT, BN]
+        z = tl.load(z_ptr + sz_off, mask=sz_ok, other=0.0).to(tl.float32) - 8.0 * s
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if USE_DOT:
+            x = tl.load(x_ptr + offs_m[:, None] * s_xm + offs_k[None, :],
+                        mask=(offs_m < M)[:, None] & (offs_k < K)[None, :], other=0.0)  # [BM, BK]
+            w = tl.reshape(q * s[:, None, :] + z[:, None, :], [BLOCK_K, BLOCK_N])
+            if x.dtype == tl.float32:
+                acc += tl.dot(x, w, input_precision="ieee")
+            else:
+                acc += tl.dot(x, w.to(x.dtype))
+        else:
+            x = tl.load(x_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
+            x = tl.reshape(x, [GT, GSUB])
+            qx = tl.sum(q * x[:, :, None], axis=1)  # [GT, BN]
+            acc1 += tl.sum(qx * s + z * tl.sum(x, axis=1)[:, None], axis=0)
+    if USE_DOT:
+        out = acc
+        rows = offs_m
+    else:
+        out = acc1[None, :]
+        rows = tl.arange(0, 1)
+    ok = (rows < M)[:, None] & n_ok[None, :]
+    if SPLIT:
+        tl.store(part_ptr + (pid_k * M + rows[:, None]) * N + offs_n[None, :], out, mask=ok)
+    else:
+        tl.store(y_ptr + rows[:, None] * s_ym + offs_n[None, :], out.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _split_sum_kernel(part_ptr, y_ptr, MN, N, num_splits, s_ym, BLOCK: tl.constexpr):
+    """y[m, n] = sum over splits in order (deterministic), cast to y's dtype."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < MN
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for sp in range(0, num_splits):
+        acc += tl.load(part_ptr + sp * MN + offs, mask=ok, other=0.0)
+    tl.store(y_ptr + (offs // N) * s_ym + offs % N, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    block_n: int = 64
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 4
+    waves: float = 4.0  # split K until the grid covers the GPU this many times over
+    min_k_tiles: int = 4  # ...but give each split at least this many K tiles
+
+
+DEFAULT = LaunchConfig()
+
+
+def _splits(n: int, kp: int, cfg: LaunchConfig, device: torch.device) -> int:
+    """Split-K factor from (N, K) alone: the same layer always launches the same grid."""
+    n_tiles = -(-n // cfg.block_n)
+    k_tiles = -(-kp // cfg.block_k)
+    want = max(1, int(cfg.waves * _sm_count(device)) // n_tiles)
+    return max(1, min(want, k_tiles // cfg.min_k_tiles))
+
+
+def int4_linear(x: torch.Tensor, packed: Int4Packed, bias: torch.Tensor | None = None,
+                cfg: LaunchConfig = DEFAULT, use_dot: bool | None = None, splits: int | None = None) -> torch.Tensor:
+    """x [..., K] -> [..., N] in x's dtype; rows <= MAX_ROWS (see `supported`)."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, packed.k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    M, N = x2.shape[0], packed.n
+    kw = packed.qweight.shape[0]
+    kp = kw * 8
+    gs = packed.group_size
+    block_k = min(cfg.block_k, 256)
+    S = splits or _splits(N, kp, cfg, x.device)
+    k_tiles = -(-kp // block_k)
+    per = -(-k_tiles // S) * block_k
+    S = -(-kp // per)
+    dot = (M > 1) if use_dot is None else use_dot
+    if M > 1 and not dot:
+        raise ValueError("the CUDA-core path takes one row; more rows run the dot path")
+    y = torch.empty(M, N, dtype=x.dtype, device=x.device)
+    part = torch.empty(S, M, N, dtype=torch.float32, device=x.device) if S > 1 else y
+    _int4_mm_kernel[(triton.cdiv(N, cfg.block_n), S)](
+        x2, packed.qweight, packed.scale, packed.zero, y, part,
+        M, N, packed.k, kw, packed.scale.shape[0], per, x2.stride(0), y.stride(0),
+        GS=gs, BLOCK_M=max(16, triton.next_power_of_2(M)), BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        USE_DOT=dot, SPLIT=S > 1, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if S > 1:
+        _split_sum_kernel[(triton.cdiv(M * N, 1024),)](part, y, M * N, N, S, y.stride(0), BLOCK=1024)
+    if bias is not None:
+        y = y + bias.to(y.dtype)
+    return y.view(*lead, N)
