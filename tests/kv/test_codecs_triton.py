@@ -9,6 +9,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -75,12 +76,15 @@ SCHEMES = ["turbo", "turbo:k4v3", "turbo:k8v5", "turbo:ck4v2", "affine4", "affin
 
 @here
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_kernel_equals_dequantize_then_attend(scheme):
-    # decode (1 row), a verify window (4 rows) and a shorter one in the same padded batch
+@pytest.mark.parametrize("splits,bcast", [(2, False), (1, True)])
+def test_kernel_equals_dequantize_then_attend(scheme, splits, bcast):
+    # decode (1 row), a verify window (4 rows) and a shorter one in the same padded batch;
+    # one split writes the output directly; bcast loads group scales once per row
     qp, ks, vs, gm = _case(scheme, [(37, 1), (20, 4), (9, 2)])
     assert fused_supported(ks, vs, gm.max_q, qp.shape[2])
     bias = gm.additive_mask(torch.float32)
-    out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, None, num_splits=2, block_n=16)
+    out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, None, num_splits=splits, block_n=16,
+                                   group_bcast=bcast)
     ref = _reference(qp, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
     assert out.shape == ref.shape
     torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
@@ -102,6 +106,31 @@ def test_splits_merge_to_the_same_result():
     one = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, num_splits=1, block_n=16)
     many = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, num_splits=4, block_n=16)
     torch.testing.assert_close(one, many, atol=1e-5, rtol=1e-5)
+
+
+def test_unknown_codecs_are_refused():
+    # a codec the kernels do not know (or a subclass that may store other fields) keeps the eager path
+    from augury.kv.codecs.affine import AffineCodec
+    from augury.kv.codecs.triton_attention import side_supported
+    from augury.kv.codecs.triton_encode import write_supported
+
+    class Variant(AffineCodec):
+        pass
+
+    codec = parse_codec("affine4", group_size=32)
+    codec.bind(64)
+    assert side_supported(codec.key) and write_supported(codec.key)
+    variant = object.__new__(Variant)
+    variant.__dict__.update(codec.key.__dict__)
+    assert not side_supported(variant) and not write_supported(variant)
+    other = types.SimpleNamespace(bits=4, group_size=32)  # duck-typed look-alike
+    assert not side_supported(other) and not write_supported(other)
+    try:
+        from augury.kv.codecs.qjl import QJLResidualCodec
+    except ImportError:  # not landed yet
+        return
+    qjl = object.__new__(QJLResidualCodec)
+    assert not side_supported(qjl) and not write_supported(qjl)
 
 
 @here

@@ -34,7 +34,9 @@ _AFFINE, _CODEBOOK = 0, 1
 
 
 def side_supported(side: SideCodec) -> bool:
-    return isinstance(side, (AffineCodec, TurboCodec)) and 1 <= side.bits <= 8
+    """Exact classes only: a subclass (or any other codec, e.g. a QJL residual) may store
+    other fields than (codes, scale[, zero]) and must keep the eager path."""
+    return type(side) in (AffineCodec, TurboCodec) and 1 <= side.bits <= 8
 
 
 def fused_supported(k_store, v_store, max_q: int, num_heads: int) -> bool:
@@ -56,10 +58,14 @@ def _side_args(store) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, in
 
 
 @triton.jit
-def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid,
+def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid, n_ok,
                  NBYTES: tl.constexpr, NGROUPS: tl.constexpr, HKV: tl.constexpr,
-                 BITS: tl.constexpr, GROUP: tl.constexpr, KIND: tl.constexpr):
-    """slots [N] (int64), offs_d [BD] -> decoded float32 tile [N, BD] of kv head h."""
+                 BITS: tl.constexpr, GROUP: tl.constexpr, KIND: tl.constexpr, BCAST: tl.constexpr):
+    """slots [N] (int64), offs_d [BD] -> decoded float32 tile [N, BD] of kv head h.
+
+    BCAST (needs BD == NGROUPS * GROUP, NGROUPS a power of two): load each row's group
+    scales (and zeros) once as [N, NGROUPS] and broadcast them over the group, instead
+    of one gathered load per element."""
     row = slots[:, None] * (HKV * NBYTES) + h * NBYTES  # [N, 1] byte offset of each row
     bitpos = offs_d * BITS
     byte = (bitpos // 8)[None, :]
@@ -69,10 +75,20 @@ def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid,
         hi = tl.load(codes_ptr + row + byte + 1, mask=valid & (byte + 1 < NBYTES), other=0).to(tl.int32)
         word = word | (hi << 8)
     code = (word >> shift) & ((1 << BITS) - 1)
-    grp = slots[:, None] * (HKV * NGROUPS) + h * NGROUPS + (offs_d // GROUP)[None, :]
-    sc = tl.load(scale_ptr + grp, mask=valid, other=0.0).to(tl.float32)
+    if BCAST:
+        N: tl.constexpr = slots.shape[0]
+        gs = slots[:, None] * (HKV * NGROUPS) + h * NGROUPS + tl.arange(0, NGROUPS)[None, :]
+        sc = tl.load(scale_ptr + gs, mask=n_ok[:, None], other=0.0).to(tl.float32)
+        sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [N, NGROUPS, GROUP]), [N, NGROUPS * GROUP])
+    else:
+        grp = slots[:, None] * (HKV * NGROUPS) + h * NGROUPS + (offs_d // GROUP)[None, :]
+        sc = tl.load(scale_ptr + grp, mask=valid, other=0.0).to(tl.float32)
     if KIND == 0:
-        zero = tl.load(aux_ptr + grp, mask=valid, other=0.0).to(tl.float32)
+        if BCAST:
+            zero = tl.load(aux_ptr + gs, mask=n_ok[:, None], other=0.0).to(tl.float32)
+            zero = tl.reshape(tl.broadcast_to(zero[:, :, None], [N, NGROUPS, GROUP]), [N, NGROUPS * GROUP])
+        else:
+            zero = tl.load(aux_ptr + grp, mask=valid, other=0.0).to(tl.float32)
         x = code.to(tl.float32) * sc + zero
     else:
         x = tl.load(aux_ptr + code, mask=valid, other=0.0).to(tl.float32) * sc
@@ -81,18 +97,18 @@ def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid,
 
 @triton.jit
 def _encoded_decode_attn_kernel(
-    q_ptr, gather_ptr, bias_ptr,
+    q_ptr, gather_ptr, bias_ptr, o_ptr,
     kc_ptr, ks_ptr, ka_ptr, vc_ptr, vs_ptr, va_ptr,
     acc_ptr, m_ptr, l_ptr,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
-    s_qb, s_qj, s_qh, s_gb, s_bb, s_bj,
+    s_qb, s_qj, s_qh, s_gb, s_bb, s_bj, s_ob, s_oj, s_oh,
     HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr,
     K_NBYTES: tl.constexpr, K_NGROUPS: tl.constexpr, K_BITS: tl.constexpr, K_GROUP: tl.constexpr,
-    K_KIND: tl.constexpr,
+    K_KIND: tl.constexpr, K_BCAST: tl.constexpr,
     V_NBYTES: tl.constexpr, V_NGROUPS: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
-    V_KIND: tl.constexpr,
+    V_KIND: tl.constexpr, V_BCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -118,8 +134,8 @@ def _encoded_decode_attn_kernel(
         n_ok = n < hi
         slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
         valid = n_ok[:, None] & d_ok[None, :]
-        k = _decode_tile(kc_ptr, ks_ptr, ka_ptr, slots, h, offs_d, valid,
-                         K_NBYTES, K_NGROUPS, HKV, K_BITS, K_GROUP, K_KIND).to(cdt)  # [N, BD]
+        k = _decode_tile(kc_ptr, ks_ptr, ka_ptr, slots, h, offs_d, valid, n_ok,
+                         K_NBYTES, K_NGROUPS, HKV, K_BITS, K_GROUP, K_KIND, K_BCAST).to(cdt)  # [N, BD]
         if FP32:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -135,17 +151,22 @@ def _encoded_decode_attn_kernel(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = _decode_tile(vc_ptr, vs_ptr, va_ptr, slots, h, offs_d, valid,
-                         V_NBYTES, V_NGROUPS, HKV, V_BITS, V_GROUP, V_KIND).to(cdt)
+        v = _decode_tile(vc_ptr, vs_ptr, va_ptr, slots, h, offs_d, valid, n_ok,
+                         V_NBYTES, V_NGROUPS, HKV, V_BITS, V_GROUP, V_KIND, V_BCAST).to(cdt)
         if FP32:
             acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v, input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
         m_i = m_new
-    part = (b * HKV + h) * num_splits + sp  # partial results: [B, Hkv, S, M(, BD)]
-    tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
-    tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
-    tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
+    if SPLIT:
+        part = (b * HKV + h) * num_splits + sp  # partial results: [B, Hkv, S, M(, BD)]
+        tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
+        tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
+        tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
+    else:  # one split: normalize and write the output here, no merge launch
+        o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
+        dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
+        tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @functools.lru_cache(maxsize=8)
@@ -153,11 +174,22 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _num_splits(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device) -> int:
-    """Enough programs to fill the GPU about twice, each over at least 4 key tiles."""
-    target = 2 * _sm_count(device)
+# Grid sizing, measured on the H200 (docs/data/kernels-h200.json): the decode of each tile is
+# ALU/load-instruction bound, not HBM bound, so more programs in flight per SM (more splits)
+# hide the gathered loads better than long serial loops over the context. The old choice
+# (2 waves, >= 4 tiles per split) left B=8 at 8k with 5 splits of 26 tiles each.
+SPLIT_WAVES = 4
+SPLIT_MIN_TILES = 2
+GROUP_BCAST = False  # see _decode_tile
+
+
+def _num_splits(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
+                waves: float = SPLIT_WAVES, min_tiles: int = SPLIT_MIN_TILES) -> int:
+    """Enough programs to cover the GPU `waves` times over, each over >= `min_tiles` key tiles.
+    A function of shapes only: the same step always launches the same grid (CUDA graphs)."""
+    target = int(waves * _sm_count(device))
     want = max(1, -(-target // batch_kv_heads))
-    most = max(1, -(-max_kv // (4 * block_n)))
+    most = max(1, -(-max_kv // (min_tiles * block_n)))
     return min(want, most)
 
 
@@ -171,6 +203,10 @@ def encoded_decode_attention(
     softcap: float | None = None,
     num_splits: int | None = None,
     block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    waves: float = SPLIT_WAVES,
+    group_bcast: bool | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype (in the value codec's basis: un-rotate outside)."""
     B, max_q, H, D = q.shape
@@ -184,29 +220,42 @@ def encoded_decode_attention(
         bias = bias.contiguous()
     BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    S = num_splits or _num_splits(B * Hkv, max_kv, block_n, q.device)
+    S = num_splits or _num_splits(B * Hkv, max_kv, block_n, q.device, waves)
     split_len = -(-max_kv // S)
     split_len = -(-split_len // block_n) * block_n  # whole tiles per split
     S = -(-max_kv // split_len)
     dev = q.device
-    acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
-    m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
-    l = torch.empty_like(m)
+    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
+    if S > 1:
+        acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
+        m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
+        l = torch.empty_like(m)
+    else:
+        acc = m = l = out  # unused
+    use_bcast = GROUP_BCAST if group_bcast is None else group_bcast
+
+    def bcast(ngroups: int, group: int) -> bool:
+        return use_bcast and ngroups * group == BLOCK_D and (ngroups & (ngroups - 1)) == 0
+
     kc, ks, ka, kkind, kbits, kgroup = _side_args(k_store)
     vc, vs, va, vkind, vbits, vgroup = _side_args(v_store)
     _encoded_decode_attn_kernel[(B, Hkv, S)](
-        q, gather_slots, bias, kc, ks, ka, vc, vs, va, acc, m, l,
+        q, gather_slots, bias, out, kc, ks, ka, vc, vs, va, acc, m, l,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), gather_slots.stride(0), bias.stride(0), bias.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
         HKV=Hkv, REP=rep, D=D,
         K_NBYTES=kc.shape[-1], K_NGROUPS=ks.shape[-1], K_BITS=kbits, K_GROUP=kgroup, K_KIND=kkind,
+        K_BCAST=bcast(ks.shape[-1], kgroup),
         V_NBYTES=vc.shape[-1], V_NGROUPS=vs.shape[-1], V_BITS=vbits, V_GROUP=vgroup, V_KIND=vkind,
+        V_BCAST=bcast(vs.shape[-1], vgroup),
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
-        USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32,
+        USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
+        num_warps=num_warps, num_stages=num_stages,
     )
-    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
-    _merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
-                                   HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
+    if S > 1:
+        _merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
+                                       HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
     return out
 
 

@@ -26,7 +26,8 @@ _AFFINE, _CODEBOOK = 0, 1
 def write_supported(codec) -> bool:
     """Pow2 groups dividing D are what the kernel reshapes into; others keep the torch encoder."""
     g = getattr(codec, "group_size", 0)
-    return isinstance(codec, (AffineCodec, TurboCodec)) and g >= 8 and g & (g - 1) == 0
+    # exact classes: a subclass or another codec (QJL residual, ...) may store other fields
+    return type(codec) in (AffineCodec, TurboCodec) and g >= 8 and g & (g - 1) == 0
 
 
 @triton.jit
