@@ -21,9 +21,11 @@ def add_eval_fit_parsers(sub) -> None:
     kv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     kv.add_argument("--schemes", default=None, help="comma-separated codec names (default: the standard set)")
     kv.add_argument("--passage-tokens", type=int, default=128)
+    kv.add_argument("--passages", type=int, default=None, help="use the first N fixed passages (default: all)")
     kv.add_argument("--passkey-ctx", type=int, default=2048, help="passkey prompt length in tokens")
     kv.add_argument("--passkey-trials", type=int, default=3, help="0 skips the passkey check")
     kv.add_argument("--json", action="store_true", help='print {"schemes": [...]}')
+    kv.add_argument("--out", default=None, help="also write the JSON document to this file")
     kv.set_defaults(func=cmd_eval_kv)
 
     f = sub.add_parser("fit", help="memory needed at a context/batch/codec, and the longest context that fits")
@@ -41,15 +43,25 @@ def add_eval_fit_parsers(sub) -> None:
 
 
 def cmd_eval_kv(a: argparse.Namespace) -> int:
+    import time
+
     from augury.config import EngineConfig
     from augury.engine.loader import load_model
-    from augury.eval.kv import DEFAULT_SCHEMES, evaluate_kv, format_table, to_json
+    from augury.eval.kv import DEFAULT_SCHEMES, evaluate_kv, format_table, run_meta, to_json
 
     schemes = tuple(s.strip() for s in a.schemes.split(",")) if a.schemes else DEFAULT_SCHEMES
     lm = load_model(EngineConfig(model=a.model, device=a.device, dtype=a.dtype, progress=not a.json))
+    t0 = time.perf_counter()
     res = evaluate_kv(lm, schemes, a.passage_tokens, a.passkey_ctx, a.passkey_trials,
-                      progress=None if a.json else lambda r: print(f"  {r.name} done", file=sys.stderr))
-    print(to_json(res) if a.json else format_table(res))
+                      progress=None if a.json else lambda r: print(f"  {r.name} done", file=sys.stderr),
+                      num_passages=a.passages)
+    meta = run_meta(lm, a.model, a.dtype, a.passages, a.passage_tokens, a.passkey_ctx, a.passkey_trials)
+    meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    doc = to_json(res, meta)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(doc + "\n")
+    print(doc if a.json else format_table(res))
     return 0
 
 

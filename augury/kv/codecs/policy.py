@@ -4,8 +4,10 @@ Strings: "native", "affine8", "affine4" (mlx-lm's --kv-bits), "turbo" (= k8v3),
 "turbo:k8v3", "turbo:k4v3"; a key spec prefixed with "r" rotates the keys first
 ("turbo:rk4v3"), with "c" stores rotated keys with the normal codebook too
 ("turbo:ck4v3").
+A "+qjl" suffix (or "+qjl<m>" for an m-row sketch) adds the QJL 1-bit key
+residual (augury.kv.codecs.qjl): "turbo:rk4v3+qjl", "affine4-rk+qjl".
 API dict: {"codec": "native"|"affine"|"turbo", "key_bits", "value_bits",
-"group_size", "start", "rotate_keys"}.
+"group_size", "start", "rotate_keys", "qjl", "qjl_dim"}.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from augury.kv.codecs.affine import AffineCodec
 from augury.kv.codecs.base import CodecError, KVCodec, SideCodec
 from augury.kv.codecs.native import NativeCodec
+from augury.kv.codecs.qjl import QJLResidualCodec
 from augury.kv.codecs.turboquant import CODEBOOK_BITS, TurboCodec
 
 AFFINE_GROUP_DEFAULT = 64  # mlx-lm's default kv_group_size
@@ -23,6 +26,7 @@ TURBO_KEY_GROUP_DEFAULT = 32  # the TurboQuant reference's int8 keys: 9 bits/ele
 KEY_BITS = (2, 3, 4, 5, 8)
 
 _TURBO_RE = re.compile(r"^(?P<kmode>[rc]?)k(?P<kb>\d+)v(?P<vb>\d+)$")
+_QJL_RE = re.compile(r"\+qjl(\d*)$")
 
 
 def native_codec() -> KVCodec:
@@ -56,9 +60,20 @@ def turbo_codec(key_bits: int = 8, value_bits: int = 3, key_group: int | None = 
     return KVCodec(key, TurboCodec(value_bits), start, f"turbo-{key_mode}k{key_bits}v{value_bits}")
 
 
+def with_qjl(codec: KVCodec, sketch_dim: int | None = None) -> KVCodec:
+    """The same codec with the QJL 1-bit residual on its keys."""
+    if codec.is_native or codec.key.is_native:
+        raise CodecError("the QJL key residual needs an encoded key codec (affine or turbo)")
+    m = "" if sketch_dim is None else str(sketch_dim)
+    return KVCodec(QJLResidualCodec(codec.key, sketch_dim), codec.value, codec.start, f"{codec.name}+qjl{m}")
+
+
 def parse_codec(spec: str, group_size: int | None = None, start: int = 0) -> KVCodec:
     """A codec from its short name (see the module doc)."""
     s = spec.strip().lower()
+    q = _QJL_RE.search(s)
+    if q:
+        return with_qjl(parse_codec(s[:q.start()], group_size, start), int(q.group(1)) if q.group(1) else None)
     if s in ("native", "none", "bf16", "fp16", "f16", "off", ""):
         return native_codec()
     m = re.fullmatch(r"(affine|int)(\d+)(-rk)?", s)
@@ -90,10 +105,19 @@ def codec_from_request(d: dict[str, Any], default: KVCodec) -> KVCodec:
     """The API's `kv_cache` object -> KVCodec; unspecified fields fall back to the server's."""
     if not isinstance(d, dict):
         raise CodecError("kv_cache: must be an object {codec, key_bits, value_bits, group_size, start}")
-    known = {"codec", "key_bits", "value_bits", "group_size", "start", "rotate_keys"}
+    known = {"codec", "key_bits", "value_bits", "group_size", "start", "rotate_keys", "qjl", "qjl_dim"}
     extra = set(d) - known
     if extra:
         raise CodecError(f"kv_cache: unknown field(s) {', '.join(sorted(extra))}")
+    if d.get("qjl") or d.get("qjl_dim"):
+        base = codec_from_request({k: v for k, v in d.items() if k not in ("qjl", "qjl_dim")}, default)
+        if isinstance(base.key, QJLResidualCodec) and not d.get("qjl_dim"):
+            return base  # the server default already carries the residual
+        if base.key.is_native:
+            raise CodecError("kv_cache.qjl: needs an affine or turbo codec (the residual is on encoded keys)")
+        key = base.key.base if isinstance(base.key, QJLResidualCodec) else base.key
+        return with_qjl(KVCodec(key, base.value, base.start, base.name.split("+qjl")[0]),
+                        int(d["qjl_dim"]) if d.get("qjl_dim") else None)
     kind = d.get("codec")
     start = int(d.get("start", default.start) or 0)
     if start < 0:
