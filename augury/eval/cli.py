@@ -9,7 +9,8 @@ import sys
 def _add_kv_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-bits", type=int, default=None, help="affine KV bits (mlx-lm's --kv-bits)")
     p.add_argument("--kv-group-size", type=int, default=None, help="KV quantization group size")
-    p.add_argument("--kv-quant", default=None, help="KV codec: native | affine8 | affine4 | turbo[:k8v3]")
+    p.add_argument("--kv-quant", default=None,
+                   help="KV codec: native | affine8 | affine4 | turbo[:k8v3] (suffix +qjl: 1-bit key residual)")
 
 
 def add_eval_fit_parsers(sub) -> None:

@@ -24,7 +24,11 @@ from augury.kv.pool import KVPool
 from augury.layers.attention import SeqSpec, build_attention_metadata
 
 DEFAULT_SCHEMES = ("native", "affine8", "affine4", "affine4-rk", "turbo:k8v3", "turbo:k8v4", "turbo:k4v3",
-                   "turbo:rk4v3", "turbo:rk4v4", "turbo:ck4v3")
+                   "turbo:rk4v3", "turbo:rk4v4", "turbo:ck4v3", "turbo:rk5v3", "turbo:rk3v3", "turbo:ck3v3",
+                   "turbo:ck2v3",
+                   # QJL 1-bit key residual (+1 + 16/head_dim key bits): compare rk4v3+qjl with rk5v3,
+                   # rk3v3+qjl with rk4v3, ck2v3+qjl (a biased base) with ck3v3
+                   "turbo:rk4v3+qjl", "turbo:rk3v3+qjl", "turbo:ck2v3+qjl")
 BLOCK = 16
 
 

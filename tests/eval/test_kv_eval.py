@@ -9,10 +9,11 @@ import torch
 
 from augury.config import EngineConfig, ModelConfig
 from augury.engine.loader import load_model
-from augury.eval.kv import evaluate_kv, format_table, to_json
+from augury.eval.kv import SchemeResult, evaluate_kv, format_table, layer_codecs, run_meta, to_json
 from augury.fit import fit, kv_bytes, weight_bytes
 from augury.kv.codecs import parse_codec
-from augury.kv.pool import plan_groups
+from augury.kv.block_manager import KVGroup
+from augury.kv.pool import KVPool, plan_groups
 from tests.conftest import make_tiny_hf_model
 
 
@@ -33,6 +34,37 @@ def test_eval_kv_orders_schemes_sensibly(tiny):
     doc = json.loads(to_json(res))
     assert {"name", "bits_per_element", "compression", "kl", "greedy_agreement", "passkey"} <= set(doc["schemes"][0])
     assert "turbo:k2v2" in format_table(res)
+    # the JSON says which codec each layer group stored (this model has full-attention layers only)
+    assert doc["schemes"][1]["layer_codecs"] == {"full": parse_codec("turbo:k8v8").id}
+    assert by["native"].layer_codecs == {"full": "native"}
+
+
+def test_eval_kv_qjl_scheme_and_meta(tiny):
+    res = evaluate_kv(tiny, ("turbo:rk4v3", "turbo:rk4v3+qjl"), passage_tokens=32, passkey_trials=0,
+                      num_passages=2)
+    plain, qjl = res
+    # keys pay m = D sign bits + a fp16 norm per head vector: (1 + 16/64) / 2 per K/V element
+    assert qjl.bits_per_element == pytest.approx(plain.bits_per_element + 0.625)
+    assert qjl.kl > 0 and "qjl" in qjl.layer_codecs["full"]
+    meta = run_meta(tiny, "tiny", "float32", 2, 32, 0, 0)
+    assert meta["passages"] == 2 and meta["sliding_layers"] == 0 and meta["head_dim"] == 64
+    doc = json.loads(to_json(res, meta))
+    assert doc["meta"]["passages"] == 2 and [s["name"] for s in doc["schemes"]] == ["turbo:rk4v3", "turbo:rk4v3+qjl"]
+
+
+def test_layer_codecs_name_the_sliding_group():
+    # Gemma-3-like: sliding-window layers store K/V with the same codec as full ones, and the report says so
+    cfg = ModelConfig("gemma3_text", 100, 32, 64, 3, 2, 1, 32, sliding_window=16,
+                      layer_types=("sliding_attention", "sliding_attention", "full_attention"))
+    codec = parse_codec("turbo:k8v3")
+    pool = KVPool.allocate(cfg, [KVGroup("full", 4, None), KVGroup("sliding", 4, 16)], 16, torch.float32,
+                           torch.device("cpu"), codec)
+    lc = layer_codecs(pool)
+    assert lc == {"sliding": codec.id, "full": codec.id}
+    r = SchemeResult("turbo:k8v3", codec.id, 6.25, 2.56, 0.0, 1.0, 1.0, lc)
+    assert format_table([r]).splitlines()[1].endswith("same")
+    r.layer_codecs = {"full": codec.id, "sliding": "native"}
+    assert format_table([r]).splitlines()[1].endswith("native")
 
 
 def test_fit_matches_engine_block_billing():
