@@ -1,0 +1,480 @@
+"""Microbenchmark of the Triton decode kernels against the paths they would replace (8B shapes).
+
+    python -m augury.bench.kernels_gpu --out DIR [--sweep] [--budget-s 240] [--tiny]
+
+1. paged decode attention (augury.layers.triton_paged_decode) vs the current native path
+   (index_select gather + SDPA), B in {1, 8, 64} x ctx in {1k, 8k}, plus verify widths;
+2. int4 dequant-matmul (augury.layers.triton_int4) vs tinygemm (`Int4Linear`) and the bf16
+   cuBLAS matmul, for the N x K of every llama3-8b linear, M in {1, 4, 16};
+3. fused encoded-KV decode (augury.kv.codecs.triton_attention) at 8k, B in {1, 8}, vs the
+   native kernel and the current native path, with the old and new split grids.
+
+Every time is the median over replays of a CUDA graph holding one call per "layer" copy
+(distinct buffers totalling several times the L2), divided by the number of calls: what a
+captured decode step pays, launch overhead excluded. Bandwidth figures count the bytes each
+kernel must read (KV rows or packed weights + scales), against a read bandwidth measured in
+the same run. --sweep also searches launch parameters (coordinate descent) and records the
+best per case. Writes DIR/kernels_gpu.json (rewritten after every case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+L2_MULTIPLE_BYTES = 512 << 20  # each case cycles through >= this many bytes of distinct buffers
+MAX_COPIES = 32
+# --sweep searches these cases only (the ones the targets name), each for at most SWEEP_CASE_S
+SWEEP_CASE_S = 13.0
+SWEEP_ATTENTION = {(64, 1024, 1), (64, 8192, 1), (8, 8192, 1), (1, 8192, 1), (2, 40, 1)}
+SWEEP_INT4 = {("qkv", 1), ("gate_up", 1), ("down", 1), ("qkv", 16), ("down", 16)}
+SWEEP_ENCODED = {("turbo", 8), ("affine4", 8), ("turbo", 1)}
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def copies_for(nbytes: int) -> int:
+    return max(1, min(MAX_COPIES, math.ceil(L2_MULTIPLE_BYTES / max(1, nbytes))))
+
+
+def time_calls(fns: list[Callable[[], object]], device: torch.device, reps: int = 15) -> float:
+    """Median microseconds per call of `fns` run back to back (one CUDA graph replay per sample)."""
+    for f in fns:  # compile + warm
+        f()
+    if device.type != "cuda":
+        ts = []
+        for _ in range(3):
+            t = time.perf_counter()
+            for f in fns:
+                f()
+            ts.append((time.perf_counter() - t) / len(fns) * 1e6)
+        return statistics.median(ts)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for a, b in zip(start, end):
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    del g
+    return statistics.median(a.elapsed_time(b) for a, b in zip(start, end)) * 1e3 / len(fns)
+
+
+def read_bandwidth(device: torch.device) -> float:
+    """Bytes/s of a large bf16 reduction (reads dominate), best of several."""
+    if device.type != "cuda":
+        return 1e10
+    x = torch.ones(1 << 31, dtype=torch.bfloat16, device=device)  # 4 GiB
+    x.sum()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(8):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        x.sum()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3)
+    n = x.numel() * 2
+    del x
+    return n / min(ts)
+
+
+def coordinate_search(grid: dict[str, list], start: dict, evaluate: Callable[[dict], float],
+                      deadline: float, passes: int = 2) -> tuple[dict, float, list]:
+    """Minimize evaluate(params) one parameter at a time; failures (e.g. too many registers) score inf."""
+    best = dict(start)
+    seen: dict[tuple, float] = {}
+
+    def score(p: dict) -> float:
+        key = tuple(sorted(p.items()))
+        if key not in seen:
+            try:
+                seen[key] = evaluate(p)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is just skipped
+                _log(f"  config {p} failed: {type(e).__name__}: {str(e)[:120]}")
+                seen[key] = math.inf
+        return seen[key]
+
+    best_t = score(best)
+    for _ in range(passes):
+        improved = False
+        for name, values in grid.items():
+            for v in values:
+                if time.perf_counter() > deadline:
+                    return best, best_t, [dict(k) | {"us": t} for k, t in seen.items()]
+                cand = dict(best, **{name: v})
+                t = score(cand)
+                if t < best_t * 0.98:
+                    best, best_t, improved = cand, t, True
+        if not improved:
+            break
+    return best, best_t, [dict(k) | {"us": t} for k, t in seen.items()]
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+def _attention_case(B: int, ctx: int, max_q: int, H: int, Hkv: int, D: int, dev: torch.device,
+                    dtype: torch.dtype, bs: int = 16, seed: int = 0):
+    """Metadata for B requests with `ctx` cached tokens and max_q new ones, in shuffled blocks."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    g = torch.Generator().manual_seed(seed)
+    per = -(-(ctx + max_q) // bs)
+    perm = torch.randperm(B * per, generator=g).tolist()
+    specs = [SeqSpec(ctx, max_q, {"full": perm[i * per:(i + 1) * per]}) for i in range(B)]
+    gm = build_attention_metadata(specs, bs, {"full": None}, dev).groups["full"]
+    return gm, B * per * bs
+
+
+def bench_attention(cases, H, Hkv, D, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
+    from augury.layers.attention import attend
+    from augury.layers.triton_paged_decode import num_splits_for, paged_decode_attention
+
+    dt = torch.bfloat16
+    scale = D ** -0.5
+    rows = res.setdefault("attention", [])
+    for B, ctx, max_q in cases:
+        gm, n_slots = _attention_case(B, ctx, max_q, H, Hkv, D, dev, dt)
+        kv_bytes = B * gm.max_kv * Hkv * D * 2 * 2
+        L = copies_for(kv_bytes)
+        pools = [(torch.randn(n_slots, Hkv, D, device=dev, dtype=dt), torch.randn(n_slots, Hkv, D, device=dev, dtype=dt))
+                 for _ in range(L)]
+        q = torch.randn(B * max_q, H, D, device=dev, dtype=dt)
+        qp = q.view(B, max_q, H, D)
+        bias = gm.additive_mask(dt)
+
+        def current(kp, vp):
+            return lambda: attend(q, lambda s: kp.index_select(0, s), lambda s: vp.index_select(0, s), gm, scale, None)
+
+        def kernel(kp, vp, **kw):
+            return lambda: paged_decode_attention(qp, kp, vp, gm.gather_slots, bias, scale, None, **kw)
+
+        cur_us = time_calls([current(kp, vp) for kp, vp in pools], dev)
+        ker_us = time_calls([kernel(kp, vp) for kp, vp in pools], dev)
+        ref = current(*pools[0])().view(B, max_q, H, D).float()
+        got = kernel(*pools[0])().float()
+        row = {"batch": B, "ctx": ctx, "max_q": max_q, "kv_bytes": kv_bytes, "copies": L,
+               "current_us": cur_us, "kernel_us": ker_us, "speedup": cur_us / ker_us,
+               "kernel_bw_fraction": kv_bytes / (ker_us * 1e-6) / bw,
+               "current_bw_fraction": kv_bytes / (cur_us * 1e-6) / bw,
+               "max_abs_diff": float((ref - got).abs().max())}
+        if sweep and (B, ctx, max_q) in SWEEP_ATTENTION and time.perf_counter() < deadline:
+            case_deadline = min(deadline, time.perf_counter() + SWEEP_CASE_S)
+
+            def evaluate(p):
+                S = num_splits_for(B * Hkv, gm.max_kv, p["block_n"], dev, waves=p["waves"])
+                return time_calls([kernel(kp, vp, num_splits=S, block_n=p["block_n"], num_warps=p["num_warps"],
+                                          num_stages=p["num_stages"]) for kp, vp in pools], dev, reps=7)
+            grid = {"waves": [1, 2, 4, 8, 16], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
+                    "num_stages": [1, 2, 3, 4]}
+            best, best_t, tried = coordinate_search(grid, {"waves": 4, "block_n": 64, "num_warps": 4, "num_stages": 3},
+                                                    evaluate, case_deadline)
+            row["sweep_best"] = best | {"us": best_t, "bw_fraction": kv_bytes / (best_t * 1e-6) / bw}
+            row["sweep_tried"] = tried
+        rows.append(row)
+        _log(f"attention B={B} ctx={ctx} q={max_q}: current {cur_us:.1f} us, kernel {ker_us:.1f} us "
+             f"({row['speedup']:.2f}x, {row['kernel_bw_fraction']:.0%} of bw)"
+             + (f"; sweep best {row['sweep_best']}" if "sweep_best" in row else ""))
+        save()
+        del pools
+        _free(dev)
+
+
+# ---------------------------------------------------------------------------- int4
+
+
+LLAMA8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+                   "lm_head": (128256, 4096)}
+
+
+def bench_int4(shapes: dict, ms: list[int], gs: int, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
+    from augury.layers.quant_linear import Int4Linear, Int4Parts
+    from augury.layers.triton_int4 import DEFAULT, LaunchConfig, int4_linear, pack
+
+    dt = torch.bfloat16
+    rows = res.setdefault("int4", [])
+    for name, (N, K) in shapes.items():
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+        G = -(-K // gs)
+        s = (torch.rand(N, G, generator=g) * 0.02 + 0.001).bfloat16().float()
+        z = (torch.randn(N, G, generator=g) * 0.01).bfloat16().float()
+        packed = pack(q.to(dev), s.to(dev), z.to(dev), gs, dtype=dt, device=dev)
+        wbytes = packed.nbytes()
+        L = copies_for(wbytes)
+        packs = [packed] + [type(packed)(packed.qweight.clone(), packed.scale.clone(), packed.zero.clone(),
+                                         N, K, gs) for _ in range(L - 1)]
+        tiny = None
+        if dev.type == "cuda":
+            lin = Int4Linear.from_parts(Int4Parts(q, s, z, gs), device=dev)
+            tiny = [lin] + [copy.deepcopy(lin) for _ in range(L - 1)]
+        dense_L = copies_for(N * K * 2)
+        dense = [torch.randn(N, K, device=dev, dtype=dt) * 0.02 for _ in range(min(dense_L, 4))]
+        del q
+        for M in ms:
+            x = torch.randn(M, K, device=dev, dtype=dt)
+            ours = time_calls([(lambda p=p: int4_linear(x, p)) for p in packs], dev)
+            row = {"linear": name, "N": N, "K": K, "M": M, "group_size": gs, "weight_bytes": wbytes, "copies": L,
+                   "kernel_us": ours, "kernel_bw_fraction": wbytes / (ours * 1e-6) / bw}
+            if tiny is not None:
+                tg = time_calls([(lambda m=m: m(x)) for m in tiny], dev)
+                ref = tiny[0](x).float()
+                got = int4_linear(x, packs[0]).float()
+                row |= {"tinygemm_us": tg, "tinygemm_bw_fraction": wbytes / (tg * 1e-6) / bw,
+                        "speedup_vs_tinygemm": tg / ours,
+                        "max_abs_diff_vs_tinygemm": float((ref - got).abs().max()),
+                        "ref_abs_max": float(ref.abs().max())}
+            bf = time_calls([(lambda w=w: torch.nn.functional.linear(x, w)) for w in dense], dev)
+            row |= {"bf16_us": bf, "bf16_bw_fraction": N * K * 2 / (bf * 1e-6) / bw}
+            if sweep and (name, M) in SWEEP_INT4 and time.perf_counter() < deadline:
+                case_deadline = min(deadline, time.perf_counter() + SWEEP_CASE_S)
+
+                def evaluate(p):
+                    cfg = LaunchConfig(p["block_n"], p["block_k"], p["num_warps"], p["num_stages"], p["waves"])
+                    return time_calls([(lambda pk=pk: int4_linear(x, pk, cfg=cfg, use_dot=p["dot"])) for pk in packs],
+                                      dev, reps=7)
+                grid = {"block_n": [32, 64, 128, 256], "block_k": [64, 128, 256], "waves": [1, 2, 4, 8],
+                        "num_warps": [2, 4, 8], "num_stages": [2, 3, 4, 5], "dot": [False, True] if M == 1 else [True]}
+                start = {"block_n": DEFAULT.block_n, "block_k": DEFAULT.block_k, "num_warps": DEFAULT.num_warps,
+                         "num_stages": DEFAULT.num_stages, "waves": DEFAULT.waves, "dot": M > 1}
+                best, best_t, tried = coordinate_search(grid, start, evaluate, case_deadline)
+                row["sweep_best"] = best | {"us": best_t, "bw_fraction": wbytes / (best_t * 1e-6) / bw}
+                row["sweep_tried"] = tried
+            rows.append(row)
+            _log(f"int4 {name} {N}x{K} M={M}: kernel {ours:.1f} us ({row['kernel_bw_fraction']:.0%} bw)"
+                 + (f", tinygemm {row['tinygemm_us']:.1f} us ({row['speedup_vs_tinygemm']:.2f}x)" if tiny else "")
+                 + f", bf16 {bf:.1f} us" + (f"; sweep best {row['sweep_best']}" if "sweep_best" in row else ""))
+            save()
+        del packs, tiny, dense
+        _free(dev)
+
+
+def int4_model_estimate(rows: list[dict], layers: int = 32) -> dict:
+    """Per decode step (M = 1): layers x (qkv + o + gate_up + down) + lm_head, kernel vs tinygemm."""
+    by = {r["linear"]: r for r in rows if r["M"] == 1}
+    if not all(k in by for k in LLAMA8B_LINEARS):
+        return {}
+    out = {}
+    for key in ("kernel_us", "tinygemm_us"):
+        if all(key in by[k] for k in by):
+            out[key] = layers * sum(by[k][key] for k in ("qkv", "o", "gate_up", "down")) + by["lm_head"][key]
+    out["weight_bytes"] = layers * sum(by[k]["weight_bytes"] for k in ("qkv", "o", "gate_up", "down")) \
+        + by["lm_head"]["weight_bytes"]
+    return out
+
+
+# ---------------------------------------------------------------------------- encoded KV
+
+
+def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
+    from augury.kv.codecs import EncodedStore, parse_codec
+    from augury.kv.codecs import triton_attention as ta
+    from augury.layers.attention import attend
+    from augury.layers.triton_paged_decode import paged_decode_attention
+
+    dt = torch.bfloat16
+    scale = D ** -0.5
+    rows = res.setdefault("encoded", [])
+    for B in batches:
+        gm, n_slots = _attention_case(B, ctx, 1, H, Hkv, D, dev, dt)
+        native_bytes = B * gm.max_kv * Hkv * D * 2 * 2
+        L = copies_for(native_bytes)
+        pools = [(torch.randn(n_slots, Hkv, D, device=dev, dtype=dt), torch.randn(n_slots, Hkv, D, device=dev, dtype=dt))
+                 for _ in range(L)]
+        q = torch.randn(B, H, D, device=dev, dtype=dt)
+        qp = q.view(B, 1, H, D)
+        bias = gm.additive_mask(dt)
+        flat = gm.gather_slots.view(-1)
+        cur = time_calls([(lambda kp=kp, vp=vp: attend(q, lambda s: kp.index_select(0, s),
+                                                       lambda s: vp.index_select(0, s), gm, scale, None))
+                          for kp, vp in pools], dev)
+        nat = time_calls([(lambda kp=kp, vp=vp: paged_decode_attention(qp, kp, vp, gm.gather_slots, bias, scale))
+                          for kp, vp in pools], dev)
+        row = {"batch": B, "ctx": ctx, "native_current_us": cur, "native_kernel_us": nat}
+        all_slots = torch.arange(n_slots, device=dev)
+        for name in schemes:
+            codec = parse_codec(name)
+            codec.bind(D)
+            stores = []
+            kp, vp = pools[0]
+            enc_bytes = None
+            for i in range(L):
+                ks = EncodedStore(codec.key, n_slots, Hkv, D, dt, dev)
+                vs = EncodedStore(codec.value, n_slots, Hkv, D, dt, dev)
+                if i == 0:
+                    for lo in range(0, n_slots, 65536):
+                        ks.write(all_slots[lo:lo + 65536], kp[lo:lo + 65536])
+                        vs.write(all_slots[lo:lo + 65536], vp[lo:lo + 65536])
+                    enc_bytes = sum(t.numel() * t.element_size() for t in (*ks.parts, *vs.parts)) \
+                        * (B * gm.max_kv) / n_slots
+                else:  # same contents, distinct memory
+                    for dst, src in zip((*ks.parts, *vs.parts), (*stores[0][0].parts, *stores[0][1].parts)):
+                        dst.copy_(src)
+                stores.append((ks, vs))
+            if stores and L < copies_for(int(enc_bytes)):
+                pass  # native copies already exceed the L2 several times; encoded ones are smaller still
+
+            def call(ks, vs, **kw):
+                return lambda: ta.encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, scale, None, **kw)
+
+            old = dict(num_splits=ta._num_splits(B * Hkv, gm.max_kv, 64, dev, waves=2, min_tiles=4), block_n=64,
+                       num_warps=4, num_stages=3)
+            old_us = time_calls([call(ks, vs, **old) for ks, vs in stores], dev)
+            new_us = time_calls([call(ks, vs) for ks, vs in stores], dev)
+            ref = attend(q, stores[0][0].read, stores[0][1].read, gm, scale, None).float()
+            got = call(*stores[0])().view(B, H, D).float()
+            r = {"old_grid_us": old_us, "kernel_us": new_us, "vs_native_current": cur / new_us,
+                 "vs_native_kernel": nat / new_us, "old_vs_native_current": cur / old_us,
+                 "encoded_bytes": enc_bytes, "bw_fraction": enc_bytes / (new_us * 1e-6) / bw,
+                 "max_abs_diff_vs_eager": float((ref - got).abs().max())}
+            if sweep and (name, B) in SWEEP_ENCODED and time.perf_counter() < deadline:
+                case_deadline = min(deadline, time.perf_counter() + SWEEP_CASE_S)
+
+                def evaluate(p):
+                    S = ta._num_splits(B * Hkv, gm.max_kv, p["block_n"], dev, waves=p["waves"])
+                    return time_calls([call(ks, vs, num_splits=S, block_n=p["block_n"], num_warps=p["num_warps"],
+                                            num_stages=p["num_stages"], group_bcast=p["bcast"])
+                                       for ks, vs in stores], dev, reps=7)
+                grid = {"waves": [2, 4, 8, 16, 32], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
+                        "num_stages": [1, 2, 3, 4], "bcast": [False, True]}
+                best, best_t, tried = coordinate_search(
+                    grid, {"waves": ta.SPLIT_WAVES, "block_n": 64, "num_warps": 4, "num_stages": 2,
+                           "bcast": ta.GROUP_BCAST}, evaluate, case_deadline)
+                r["sweep_best"] = best | {"us": best_t, "vs_native_current": cur / best_t}
+                r["sweep_tried"] = tried
+            row[name] = r
+            _log(f"encoded {name} B={B} ctx={ctx}: old grid {old_us:.1f} us, now {new_us:.1f} us "
+                 f"({cur / new_us:.2f}x native-current {cur:.1f} us, {nat / new_us:.2f}x native-kernel {nat:.1f} us)"
+                 + (f"; sweep best {r['sweep_best']}" if "sweep_best" in r else ""))
+            del stores
+            save()
+        rows.append(row)
+        save()
+        del pools
+        _free(dev)
+
+
+def _free(dev: torch.device) -> None:
+    import gc
+
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m augury.bench.kernels_gpu")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    ap.add_argument("--parts", default="attention,int4,encoded")
+    ap.add_argument("--sweep", action="store_true", help="also search launch parameters per case")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="stop sweeping after this many seconds")
+    ap.add_argument("--schemes", default="turbo,turbo:rk4v3,affine4")
+    ap.add_argument("--tiny", action="store_true", help="small shapes: a dry run of the script (CPU interpreter)")
+    ap.add_argument("--device", default="cuda")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    deadline = t0 + a.budget_s
+    dev = torch.device(a.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        _log("no CUDA device")
+        return 1
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                 "torch": torch.__version__, "triton": triton.__version__, "sweep": a.sweep}
+    try:
+        import subprocess
+
+        res["revision"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                         text=True).stdout.strip()
+    except OSError:
+        pass
+
+    def save() -> None:
+        (out / "kernels_gpu.json").write_text(json.dumps(res, indent=1))
+
+    bw = read_bandwidth(dev)
+    res["read_bandwidth_GBps"] = bw / 1e9
+    _log(f"read bandwidth {bw / 1e9:.0f} GB/s")
+    parts = set(a.parts.split(","))
+    if a.tiny:
+        H, Hkv, D = 4, 2, 64
+        att_cases = [(2, 40, 1), (1, 40, 4)]
+        shapes = {"qkv": (48, 96), "o": (32, 64), "gate_up": (64, 64), "down": (32, 160), "lm_head": (80, 64)}
+        ms, batches, ctx = [1, 4], [1, 2], 40
+    else:
+        H, Hkv, D = 32, 8, 128
+        att_cases = [(B, c, 1) for B in (1, 8, 64) for c in (1024, 8192)] + [(8, 8192, 4), (1, 8192, 16)]
+        shapes = LLAMA8B_LINEARS
+        ms, batches, ctx = [1, 4, 16], [1, 8], 8192
+    res["shape"] = {"heads": H, "kv_heads": Hkv, "head_dim": D}
+    if "attention" in parts:
+        bench_attention(att_cases, H, Hkv, D, dev, bw, a.sweep, deadline, res, save)
+    if "int4" in parts:
+        bench_int4(shapes, ms, 32, dev, bw, a.sweep, deadline, res, save)
+        res["int4_model_step"] = int4_model_estimate(res["int4"])
+    if "encoded" in parts:
+        bench_encoded([s for s in a.schemes.split(",") if s], batches, ctx, H, Hkv, D, dev, bw, a.sweep, deadline,
+                      res, save)
+    res["total_s"] = time.perf_counter() - t0
+    save()
+    print(format_table(res))
+    return 0
+
+
+def format_table(res: dict) -> str:
+    lines = [f"Triton decode kernels on {res['device']} (read bandwidth {res['read_bandwidth_GBps']:.0f} GB/s)", ""]
+    for r in res.get("attention", []):
+        lines.append(f"attention B={r['batch']:<3} ctx={r['ctx']:<5} q={r['max_q']:<3} gather+SDPA "
+                     f"{r['current_us']:8.1f} us ({r['current_bw_fraction']:4.0%})  kernel {r['kernel_us']:8.1f} us "
+                     f"({r['kernel_bw_fraction']:4.0%})  {r['speedup']:5.2f}x")
+    for r in res.get("int4", []):
+        tg = (f"tinygemm {r['tinygemm_us']:7.1f} us ({r['tinygemm_bw_fraction']:4.0%})  {r['speedup_vs_tinygemm']:5.2f}x"
+              if "tinygemm_us" in r else "")
+        lines.append(f"int4 {r['linear']:<8}{r['N']:>6}x{r['K']:<6}M={r['M']:<3} kernel {r['kernel_us']:7.1f} us "
+                     f"({r['kernel_bw_fraction']:4.0%})  {tg}  bf16 {r['bf16_us']:7.1f} us")
+    est = res.get("int4_model_step")
+    if est and "kernel_us" in est:
+        lines.append(f"int4 8B step (32 layers + lm_head, M=1): kernel {est['kernel_us'] / 1e3:.2f} ms"
+                     + (f", tinygemm {est['tinygemm_us'] / 1e3:.2f} ms" if "tinygemm_us" in est else ""))
+    for row in res.get("encoded", []):
+        for k, r in row.items():
+            if isinstance(r, dict):
+                lines.append(f"encoded {k:<12} B={row['batch']} ctx={row['ctx']}: {r['kernel_us']:.1f} us (old grid "
+                             f"{r['old_grid_us']:.1f}); native gather+SDPA {row['native_current_us']:.1f} us -> "
+                             f"{r['vs_native_current']:.2f}x; native kernel {row['native_kernel_us']:.1f} us -> "
+                             f"{r['vs_native_kernel']:.2f}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
