@@ -39,6 +39,10 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     kv.add_argument("--kv-group-size", type=int, default=None, help="KV quantization group size (default 64; turbo keys 32)")
     kv.add_argument("--quantized-kv-start", type=int, default=0, help="tokens kept native before encoding")
     kv.add_argument("--kv-quant", default=None, help="KV codec: native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3]")
+    kv.add_argument("--kv-extra-codecs", default=None,
+                    help="more codecs a request's kv_cache may choose, comma-separated (e.g. native,turbo:k4v3)")
+    kv.add_argument("--kv-extra-share", type=float, default=0.25,
+                    help="fraction of the KV budget for the extra codecs (and native blocks of --quantized-kv-start)")
     sp = p.add_argument_group("speculative decoding")
     sp.add_argument("--spec", default="off", choices=["off", "ngram", "draft-model", "layerskip"],
                     help="default method for requests (each request may override or turn it off)")
@@ -58,7 +62,7 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         progress=not a.quiet, compile=a.compile, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
         num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
         kv_bits=a.kv_bits, kv_group_size=a.kv_group_size, quantized_kv_start=a.quantized_kv_start,
-        kv_quant=a.kv_quant,
+        kv_quant=a.kv_quant, kv_extra_codecs=a.kv_extra_codecs, kv_extra_share=a.kv_extra_share,
         prompt_cache_bytes=a.prompt_cache_bytes, ssd_cache_dir=a.ssd_cache_dir, ssd_cache_bytes=a.ssd_cache_bytes,
         **extra,
     )

@@ -213,6 +213,10 @@ class EngineConfig:
     kv_group_size: int | None = None  # default 64 (affine), 32 (turbo keys)
     quantized_kv_start: int = 0  # tokens kept native before encoding starts
     kv_quant: str | None = None  # native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3...]
+    # more codecs a request's `kv_cache` may ask for (comma list, e.g. "native,turbo:k4v3"), and
+    # the fraction of the KV budget they share (the default codec keeps the rest)
+    kv_extra_codecs: str | None = None
+    kv_extra_share: float = 0.25
 
     def kv_codec(self):
         """The server's default KV codec (augury.kv.codecs.KVCodec)."""
@@ -220,11 +224,6 @@ class EngineConfig:
 
         return codec_from_flags(self.kv_bits, self.kv_group_size, self.kv_quant, self.quantized_kv_start)
 
-    @property
-    def kv_codec_id(self) -> str | None:
-        """The codec part of the prefix-cache namespace; None for native (the dtype names it)."""
-        c = self.kv_codec()
-        return None if c.is_native else c.id
     # prefix cache: RAM budget for finished requests' blocks, SSD tier (off without a dir)
     prompt_cache_bytes: str | int | None = None  # None: bounded by the KV pool only
     ssd_cache_dir: str | None = None
@@ -255,13 +254,20 @@ class EngineConfig:
         from augury.kv.codecs import CodecError
 
         try:
-            codec = self.kv_codec()
+            self.kv_codec()
         except CodecError as e:
             raise ConfigError(str(e)) from None
-        if codec.start and not codec.is_native:
-            # the paged pool stores one precision per pool; a native head needs per-block precision
-            raise ConfigError("--quantized-kv-start > 0 is not supported yet: every token of an encoded "
-                              "pool is encoded; drop the flag (or use the native codec)")
+        if not 0.0 < self.kv_extra_share < 1.0:
+            raise ConfigError("--kv-extra-share must be between 0 and 1 (the fraction of the KV budget "
+                              "for the codecs other than the default)")
+        if self.kv_extra_codecs:
+            from augury.kv.codecs import parse_codec
+
+            for spec in self.kv_extra_codecs.split(","):
+                try:
+                    parse_codec(spec, self.kv_group_size)
+                except CodecError as e:
+                    raise ConfigError(f"--kv-extra-codecs: {e}") from None
         for flag, val in (("--prompt-cache-bytes", self.prompt_cache_bytes), ("--ssd-cache-bytes", self.ssd_cache_bytes)):
             if val is None or isinstance(val, int):
                 continue

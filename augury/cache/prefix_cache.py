@@ -53,9 +53,13 @@ class PrefixCache:
         self.ram_budget_bytes = ram_budget_bytes
         self.layers: dict[str, list[int]] = {name: [i for i, g in enumerate(pool.group_of_layer) if g == name]
                                              for name in blocks.groups}
-        self.block_bytes = {name: sum(_row_bytes(t) for t in self._slot_tensors(ls)) * pool.block_size
-                            for name, ls in self.layers.items()}
-        self.layout = {name: _layout(self._slot_tensors(ls[:1]), len(ls), pool.block_size) for name, ls in self.layers.items()}
+        # per (group, storage class): a block's bytes and how they map onto the pool
+        self.block_bytes: dict[tuple[str, str], int] = {}
+        self.layout: dict[tuple[str, str], str] = {}
+        for name, ls in self.layers.items():
+            for cls in blocks.class_names():
+                self.block_bytes[name, cls] = sum(_row_bytes(t) for t in self._slot_tensors(ls, cls)) * pool.block_size
+                self.layout[name, cls] = _layout(self._slot_tensors(ls[:1], cls), len(ls), pool.block_size)
         self.companions: dict[str, "PrefixCache"] = {}  # drafters' caches over the same store
         blocks.attach_tier(self)
         self.set_ram_budget(ram_budget_bytes)
@@ -65,54 +69,73 @@ class PrefixCache:
         """Most bytes of unreferenced cached blocks kept in the pool, split over groups
         in proportion to their per-block size (None: bounded by the pool only)."""
         self.ram_budget_bytes = nbytes
-        total = sum(self.block_bytes[n] * self.blocks.groups[n].num_blocks for n in self.layers) or 1
-        for name in self.layers:
+        counts = {(g, c): hi - lo for g in self.layers for c, lo, hi in self.blocks.pools[g].ranges}
+        total = sum(self.block_bytes[gc] * n for gc, n in counts.items()) or 1
+        for (name, cls), n in counts.items():
             if nbytes is None:
-                self.blocks.set_cache_limit(name, None)
+                self.blocks.set_cache_limit(name, None, cls)
             else:
-                share = nbytes * self.block_bytes[name] * self.blocks.groups[name].num_blocks / total
-                self.blocks.set_cache_limit(name, int(share // max(1, self.block_bytes[name])))
+                share = nbytes * self.block_bytes[name, cls] * n / total
+                self.blocks.set_cache_limit(name, int(share // max(1, self.block_bytes[name, cls])), cls)
 
     def ram_cached_bytes(self) -> int:
-        return sum(self.blocks.num_cached_blocks(n) * self.block_bytes[n] for n in self.layers)
+        return sum(len(self.blocks.pools[g].evictable[c]) * nb for (g, c), nb in self.block_bytes.items())
+
+    def group_block_bytes(self, group: str) -> int:
+        """Bytes of one block of `group` in its first storage class."""
+        return self.block_bytes[group, self.blocks.class_names()[0]]
 
     # ---- row movement ------------------------------------------------------------------
-    def _slot_tensors(self, layers: list[int]) -> list[torch.Tensor]:
-        """Every [num_slots, ...] tensor behind these layers, K then V per layer (a
-        codec's store contributes each of its parts: codes, scales, ...)."""
+    def _slot_tensors(self, layers: list[int], cls: str) -> list[torch.Tensor]:
+        """Every [num_slots, ...] tensor of storage class `cls` behind these layers, K then V
+        per layer (a codec's store contributes each of its parts: codes, scales, ...)."""
         out: list[torch.Tensor] = []
         for layer in layers:
-            for side in (self.pool.k[layer], self.pool.v[layer]):
-                out.extend(side.parts if hasattr(side, "parts") else [side])
+            out.extend(self.pool.class_tensors(layer, cls))
         return out
+
+    def _local(self, group: str, block: int) -> tuple[str, int]:
+        """(storage class, block index within that class's tensors)."""
+        pool = self.blocks.pools[group]
+        cls = pool.cls_of(block)
+        lo = next(lo for c, lo, _ in pool.ranges if c == cls)
+        return cls, block - lo
 
     def _blocks_view(self, t: torch.Tensor) -> torch.Tensor:
         """[num_slots, *rest] → [num_blocks, bs, *rest]."""
         return t.view(-1, self.pool.block_size, *t.shape[1:])
 
-    def gather(self, group: str, block_ids: list[int]) -> torch.Tensor:
-        """A private CPU copy of blocks' bytes: [n, block_bytes] uint8 (one gather per tensor)."""
-        dev = self.pool.k[0].device if isinstance(self.pool.k[0], torch.Tensor) else self.pool.k[0].parts[0].device
-        idx = torch.tensor(block_ids, dtype=torch.long, device=dev)
-        n = len(block_ids)
-        parts = [self._blocks_view(t).index_select(0, idx).reshape(n, -1).view(torch.uint8)
-                 for t in self._slot_tensors(self.layers[group])]
-        out = torch.cat(parts, dim=1)  # a fresh tensor: safe from slot reuse
-        return out.cpu() if out.device.type != "cpu" else out
+    def gather(self, group: str, block_ids: list[int]) -> list[torch.Tensor]:
+        """Private CPU copies of blocks' bytes, one [block_bytes] uint8 row per block (one
+        gather per tensor and storage class)."""
+        by_cls: dict[str, list[int]] = {}
+        for j, b in enumerate(block_ids):
+            by_cls.setdefault(self._local(group, b)[0], []).append(j)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(block_ids)
+        for cls, js in by_cls.items():
+            idx = torch.tensor([self._local(group, block_ids[j])[1] for j in js], dtype=torch.long,
+                               device=self._device())
+            parts = [self._blocks_view(t).index_select(0, idx).reshape(len(js), -1).view(torch.uint8)
+                     for t in self._slot_tensors(self.layers[group], cls)]
+            rows = torch.cat(parts, dim=1)  # a fresh tensor: safe from slot reuse
+            rows = rows.cpu() if rows.device.type != "cpu" else rows
+            for r, j in enumerate(js):
+                out[j] = rows[r]
+        return out
 
     def scatter(self, group: str, block: int, payload: torch.Tensor) -> None:
         """payload [block_bytes] uint8 → pool block `block`."""
         off = 0
         payload = payload.to(self._device())
-        for t in self._slot_tensors(self.layers[group]):
-            dst = self._blocks_view(t)[block]
+        cls, local = self._local(group, block)
+        for t in self._slot_tensors(self.layers[group], cls):
+            dst = self._blocks_view(t)[local]
             nb = dst.numel() * dst.element_size()
             dst.copy_(payload[off:off + nb].view(t.dtype).view(dst.shape))
             off += nb
 
     def _device(self) -> torch.device:
-        k0 = self.pool.k[0]
-        return k0.device if isinstance(k0, torch.Tensor) else k0.parts[0].device
+        return self.pool.device
 
     # ---- CacheTier hooks (engine thread) ---------------------------------------------------
     def has(self, namespace: str, group: str, h: bytes) -> bool:
@@ -121,8 +144,9 @@ class PrefixCache:
     def restore(self, namespace: str, group: str, h: bytes, block: int) -> bool:
         if self.store is None:
             return False
-        payload = self.store.get(namespace, group, h, self.layout[group])
-        if payload is None or payload.numel() != self.block_bytes[group]:
+        cls = self._local(group, block)[0]
+        payload = self.store.get(namespace, group, h, self.layout[group, cls])
+        if payload is None or payload.numel() != self.block_bytes[group, cls]:
             return False
         self.scatter(group, block, payload.view(torch.uint8).reshape(-1))
         return True
@@ -134,18 +158,22 @@ class PrefixCache:
         if not todo:
             return
         rows = self.gather(group, [b for b, _, _ in todo])
-        for j, (_, h, toks) in enumerate(todo):
-            self.store.put(namespace, group, h, toks, rows[j], self.layout[group])
+        for j, (b, h, toks) in enumerate(todo):
+            self.store.put(namespace, group, h, toks, rows[j], self.layout[group, self._local(group, b)[0]])
 
     def on_evict(self, namespace: str, group: str, block: int, h: bytes, tokens: Tokens) -> None:
         if self.store is None or not self.persist_before_evict or self.store.contains(namespace, group, h):
             return
-        self.store.put(namespace, group, h, tokens, self.gather(group, [block])[0], self.layout[group], force=True)
+        self.store.put(namespace, group, h, tokens, self.gather(group, [block])[0],
+                       self.layout[group, self._local(group, block)[0]], force=True)
 
     def copy_rows(self, group: str, src: int, dst: int, num_rows: int) -> None:
-        for t in self._slot_tensors(self.layers[group]):
+        cls, s = self._local(group, src)
+        cls_d, d = self._local(group, dst)
+        assert cls == cls_d, "copy-on-write within one storage class"
+        for t in self._slot_tensors(self.layers[group], cls):
             bv = self._blocks_view(t)
-            bv[dst, :num_rows].copy_(bv[src, :num_rows])
+            bv[d, :num_rows].copy_(bv[s, :num_rows])
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for queued SSD writes (True when none is left)."""

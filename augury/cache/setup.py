@@ -17,8 +17,10 @@ DEFAULT_SSD_BYTES = "16GiB"
 
 
 def engine_namespace(loaded, config, kv_codec_id: str | None = None) -> CacheNamespace:
-    """Namespace of the target's KV: weights+config, tokenizer, KV codec, weight quantization."""
-    codec = kv_codec_id or getattr(config, "kv_codec_id", None) or str(loaded.dtype).removeprefix("torch.")
+    """Namespace of the target's KV: weights+config, tokenizer, compute dtype, weight quantization.
+    The KV codec is not in it: each block's hash carries its storage class (codec and
+    parameters, see kv/block_manager.py), so blocks are reused only at their own precision."""
+    codec = kv_codec_id or str(loaded.dtype).removeprefix("torch.")
     return CacheNamespace(loaded.fingerprint, loaded.tokenizer.fingerprint, codec, config.weights)
 
 

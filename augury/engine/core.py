@@ -94,6 +94,10 @@ class EngineCore:
         )
         if finished and req.spec_stats is not None:
             out.speculation = req.spec_stats.as_dict()
+        if finished and req.kv_info is not None:
+            bs = self.blocks.block_size
+            low = req.kv_classes.boundary * bs if req.kv_classes is not None else 0
+            out.kv_cache = {**req.kv_info, "boundary": min(low, req.num_computed) if low else 0}
         if finished:
             first = req.first_token_time
             out.ttft_s = (first - req.arrival) if first else None

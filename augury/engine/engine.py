@@ -30,8 +30,8 @@ from augury.engine.request import Request
 from augury.engine.sampler import make_generator
 from augury.engine.scheduler import Scheduler, SchedulerConfig
 from augury.engine.types import GenerationResult, SamplingParams
-from augury.kv.block_manager import BlockManager
-from augury.kv.pool import KVPool, available_memory_bytes, parse_bytes, plan_groups
+from augury.kv.block_manager import BlockClasses, BlockManager, KVGroup
+from augury.kv.pool import KVPool, available_memory_bytes, base_codec, class_name, parse_bytes, plan_class_groups, plan_groups
 from augury.spec.coordinator import DraftPolicy, SpecCoordinator
 from augury.spec.factory import build_drafters
 
@@ -69,22 +69,37 @@ class Engine:
         max_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         budget = kv_budget_bytes(config.kv_budget, loaded.device)
         self.kv_codec = config.kv_codec()
-        self.kv_codec.check_head_dim(cfg.head_dim)  # CodecError (a ValueError) names the fix at start-up
-        # blocks are sized by the codec's real encoded bytes, so the budget buys more of them
-        groups = plan_groups(cfg, loaded.dtype, budget, config.block_size, config.max_num_seqs,
-                             config.max_num_batched_tokens, self.kv_codec)
+        # storage classes: the default codec's, native when it starts late, and --kv-extra-codecs
+        self.kv_classes = self._storage_classes(config, cfg.head_dim)  # CodecError names the fix at start-up
+        # blocks are sized by each codec's real encoded bytes, so the budget buys more of them
+        if len(self.kv_classes) == 1:
+            groups = [KVGroup(g.name, g.num_blocks, g.window, ((class_name(self.kv_codec), g.num_blocks),))
+                      for g in plan_groups(cfg, loaded.dtype, budget, config.block_size, config.max_num_seqs,
+                                           config.max_num_batched_tokens, self.kv_codec)]
+        else:
+            names = list(self.kv_classes)
+            others = config.kv_extra_share / (len(names) - 1)
+            shares = {c: (1.0 - config.kv_extra_share if i == 0 else others) for i, c in enumerate(names)}
+            groups = plan_class_groups(cfg, loaded.dtype, budget, config.block_size, config.max_num_seqs,
+                                       config.max_num_batched_tokens, self.kv_classes, shares)
         self.blocks = BlockManager(groups, config.block_size, config.enable_prefix_caching)
-        self.pool = KVPool.allocate(cfg, groups, config.block_size, loaded.dtype, loaded.device, self.kv_codec)
+        self.pool = KVPool.allocate(cfg, groups, config.block_size, loaded.dtype, loaded.device, self.kv_codec,
+                                    classes=self.kv_classes)
         full = next((g for g in groups if g.window is None), groups[0])
-        # one request can never use more blocks than its group has
-        self.max_model_len = min(max_len, (full.num_blocks - 1) * config.block_size)
+        # tokens one request can hold in each storage class (a request never uses more blocks than that)
+        self.class_capacity = {c: (hi - lo - 1) * config.block_size for c, lo, hi in full.class_ranges()}
+        self.max_model_len = min(max_len, self.class_capacity[next(iter(self.kv_classes))])
         self.cache_namespace = engine_namespace(loaded, config)  # model, tokenizer, KV codec, weights
         self.namespace = self.cache_namespace.key()
         sched_cfg = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.blocks, self.namespace)
         self.runner = ModelRunner(loaded.model, cfg, self.pool, self.blocks, loaded.device)
         if loaded.device.type == "cuda" and config.cuda_graphs:
-            self.runner.enable_cuda_graphs(loaded.dtype, config.max_num_seqs)
+            if len(self.kv_classes) == 1:
+                self.runner.enable_cuda_graphs(loaded.dtype, config.max_num_seqs)
+            else:  # graphs capture one store per layer; say so rather than drop them quietly
+                log.warning("CUDA graphs are off: the KV pool holds several codecs (%s); decode steps run eagerly",
+                            ", ".join(c or "native" for c in self.kv_classes))
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
         self.drafters = build_drafters(self, config)
@@ -123,8 +138,8 @@ class Engine:
                request_id: str | None = None) -> RequestHandle:
         params = params or SamplingParams()
         params.validate()
-        self._check_kv(params)
         prompt = [int(t) for t in prompt_ids]
+        kv_key, kv_blocks, kv_info = self._kv_plan(params, len(prompt))
         if not prompt:
             raise ValueError("prompt: must contain at least one token")
         vocab = self.model_config.vocab_size
@@ -140,6 +155,7 @@ class Engine:
             self._pending += 1
         rid = request_id or f"req-{uuid.uuid4().hex[:16]}"
         req = Request(rid, prompt, params)
+        req.kv_key, req.kv_classes, req.kv_info = kv_key, kv_blocks, kv_info
         if not params.greedy:
             seed = params.seed
             if seed is None and self.config.seed is not None:
@@ -166,18 +182,53 @@ class Engine:
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
 
-    def _check_kv(self, params: SamplingParams) -> None:
-        """A request's `kv_cache` must name the pool's codec: one pool stores one codec today,
-        and silently serving another precision would break invariant 6."""
-        if params.kv_cache is None:
-            return
+    @staticmethod
+    def _storage_classes(config: EngineConfig, head_dim: int) -> dict:
+        """Storage class name -> codec (with start 0), the default codec's class first."""
+        from augury.kv.codecs import native_codec, parse_codec
+
+        main = config.kv_codec()
+        main.check_head_dim(head_dim)
+        classes = {class_name(main): base_codec(main)}
+        if main.start and not main.is_native:
+            classes.setdefault("", native_codec())
+        for spec in (config.kv_extra_codecs or "").split(","):
+            if spec.strip():
+                c = parse_codec(spec, config.kv_group_size)
+                c.check_head_dim(head_dim)
+                classes.setdefault(class_name(c), base_codec(c))
+        return classes
+
+    def _kv_plan(self, params: SamplingParams, prompt_len: int) -> tuple[str, BlockClasses, dict]:
+        """A request's KV codec -> (run key, block classes, what the response reports).
+
+        Each codec the request may ask for is a storage class of the pool (the server's
+        default, native when a codec starts late, and --kv-extra-codecs); anything else
+        is a 400 that names the flag. `start = N` keeps blocks below N (rounded up to a
+        block) in the native class."""
         from augury.kv.codecs import codec_from_request
 
-        want = codec_from_request(params.kv_cache, self.kv_codec)  # CodecError is a ValueError -> 400
-        if want.id != self.kv_codec.id:
-            raise ValueError(f"kv_cache: this server stores KV as {self.kv_codec.name} ({self.kv_codec.id}); "
-                             f"per-request codecs other than the server's are not supported yet "
-                             f"(asked for {want.id}); restart with --kv-quant/--kv-bits to change it")
+        want = self.kv_codec if params.kv_cache is None else codec_from_request(params.kv_cache, self.kv_codec)
+        high = class_name(want)
+        bs = self.config.block_size
+        boundary = -(-want.start // bs) if want.start and not want.is_native else 0
+        have = ", ".join(c or "native" for c in self.kv_classes)
+        for cls in ({high} | ({""} if boundary else set())):
+            if cls not in self.kv_classes:
+                what = "native (for kv_cache.start)" if cls == "" else f"{want.name} ({cls})"
+                raise ValueError(f"kv_cache: this server does not store KV as {what}; it stores {have}. "
+                                 f"Start it with --kv-extra-codecs to serve more codecs per request")
+        # a request whose codec has too little room could never be admitted: refuse it now
+        need = min(prompt_len + params.max_tokens, self.max_model_len)
+        n_low = min(boundary * bs, need)
+        for cls, n in (("", n_low), (high, need - n_low)):
+            if n and n > self.class_capacity[cls]:
+                raise ValueError(f"kv_cache: {n} tokens of {cls or 'native'} KV do not fit this server's share "
+                                 f"for that codec ({self.class_capacity[cls]} tokens); raise --kv-extra-share "
+                                 f"or --kv-budget, or ask for fewer tokens")
+        info = {"codec": want.name or want.id, "start": want.start if boundary else 0,
+                "sliding": (want.name or want.id) if self.model_config.sliding_window else None}
+        return want.id, BlockClasses(high=high, low="", boundary=boundary), info
 
     def _spec_for(self, params: SamplingParams) -> tuple[str | None, int]:
         """The request's speculative method (None = off) and its draft cap."""
@@ -232,7 +283,7 @@ class Engine:
         return GenerationResult(handle.request_id, "".join(text), ids, last.finish_reason or "stop",
                                 last.prompt_tokens, last.completion_tokens, last.cached_tokens,
                                 lps or None, last.speculation, last.ttft_s or 0.0, last.prefill_s or 0.0,
-                                last.decode_s or 0.0)
+                                last.decode_s or 0.0, last.kv_cache)
 
     def stats(self) -> dict[str, Any]:
         c = self.core.counters
@@ -244,6 +295,7 @@ class Engine:
             "kv_blocks_free": self.blocks.num_free_blocks(),
             "kv_block_size": self.blocks.block_size,
             "kv_codec": self.kv_codec.id,
+            "kv_classes": [c or "native" for c in self.kv_classes],
             "prefix_cache_hit_tokens": self.blocks.prefix_hit_tokens,
             "prompt_tokens_total": c.prompt_tokens_total,
             "generation_tokens_total": c.generation_tokens_total,

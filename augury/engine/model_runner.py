@@ -35,6 +35,7 @@ class ModelRunner:
         self.blocks = blocks
         self.device = device
         self.windows = {name: g.window for name, g in blocks.groups.items()}
+        self.class_ranges = pool.class_ranges  # None unless the pool stores several codecs
         self.graphs = None  # CudaGraphDecoder, set by the engine on CUDA
 
     def enable_cuda_graphs(self, dtype: torch.dtype, max_batch: int) -> None:
@@ -50,8 +51,10 @@ class ModelRunner:
         rows: list[int] = []
         row_start = [-1] * len(out.seqs)
         num_rows = [0] * len(out.seqs)
-        # single-token decodes first: attention then runs them unpadded (layers/attention.py)
-        order = sorted(range(len(out.seqs)), key=lambda i: out.seqs[i].num_new + out.seqs[i].num_draft != 1)
+        # requests of one KV codec together, and within them single-token decodes first:
+        # attention then runs the decodes unpadded (layers/attention.py)
+        order = sorted(range(len(out.seqs)), key=lambda i: (out.seqs[i].request.kv_key,
+                                                            out.seqs[i].num_new + out.seqs[i].num_draft != 1))
         offset = 0
         for i in order:
             s = out.seqs[i]
@@ -60,7 +63,7 @@ class ModelRunner:
             toks = req.all_ids[start:start + s.num_new] + req.draft_ids[:s.num_draft]
             ids.extend(toks)
             specs.append(SeqSpec(num_cached=start, num_new=len(toks),
-                                 block_tables=self.blocks.block_tables(req.request_id)))
+                                 block_tables=self.blocks.block_tables(req.request_id), kv_key=req.kv_key))
             if s.sample:
                 row_start[i] = len(rows)
                 k = 1 + s.num_draft
@@ -70,7 +73,7 @@ class ModelRunner:
             offset += len(toks)
         if self.graphs is not None and self.graphs.usable(specs) and rows == list(range(len(ids))):
             return StepLogits(self.graphs.run(ids, specs), row_start, num_rows)
-        meta = build_attention_metadata(specs, self.pool.block_size, self.windows, self.device)
+        meta = build_attention_metadata(specs, self.pool.block_size, self.windows, self.device, self.class_ranges)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         hidden = self.model(input_ids, meta.positions, meta, self.pool)
         if rows:

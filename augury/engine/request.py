@@ -44,6 +44,11 @@ class Request:
     draft_probs: Any = None
     spec_stats: Any = None
     spec_alpha: float = 0.7
+    # KV codec: run key (requests of one codec attend together), block storage classes
+    # (kv.block_manager.BlockClasses; None = the pool's first class), what usage reports
+    kv_key: str = ""
+    kv_classes: Any = None
+    kv_info: dict | None = None
     # timings
     first_token_time: float | None = None
     admit_time: float | None = None

@@ -111,7 +111,7 @@ class Scheduler:
 
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
             req = self.waiting[0]
-            got = self.blocks.admit(req.request_id, req.all_ids, budget, self.namespace)
+            got = self.blocks.admit(req.request_id, req.all_ids, budget, self.namespace, req.kv_classes)
             if got is None:
                 break
             cached, n = got

@@ -92,6 +92,9 @@ class RequestOutput:
     error: str | None = None
     # usage.speculation (final delta only, when speculation ran) and features dropped
     speculation: dict | None = None
+    # usage.kv_cache (final delta only): the codec, its start, the native/encoded boundary the
+    # request reached (tokens), and what sliding-window layers stored
+    kv_cache: dict | None = None
     warnings: list[str] | None = None
     # timings (seconds, monotonic), filled on the final delta
     ttft_s: float | None = None
@@ -115,3 +118,4 @@ class GenerationResult:
     ttft_s: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    kv_cache: dict | None = None

@@ -5,6 +5,13 @@ request owns; the pool tensors live in `kv/pool.py`, and anything that moves
 bytes (SSD restore, write-behind, copy-on-write) goes through the `CacheTier`
 hooks that `augury/cache` attaches.
 
+Storage classes: a group's blocks may be split into *classes* (contiguous id
+ranges), one per KV codec the pool stores, so requests with different codecs
+share one batch and a request with delayed conversion (`start = N`) keeps its
+first blocks in the native class. A request's `BlockClasses` says which class
+each of its blocks comes from; the class is part of every block hash, so a
+cached block is only reused at the precision it was stored in.
+
 A model may have several KV *groups* (gemma3: "full" layers and "sliding"
 layers). Each group has its own pool of blocks and each request one block
 table per group, so sliding-window layers can release blocks that left the
@@ -39,6 +46,41 @@ class KVGroup:
     name: str
     num_blocks: int
     window: int | None = None  # sliding window (tokens) or None for full attention
+    # storage classes as (name, num_blocks), in block-id order; () = one unnamed class
+    classes: tuple[tuple[str, int], ...] = ()
+
+    def class_ranges(self) -> list[tuple[str, int, int]]:
+        """(class, first block id, end block id) of each class."""
+        out, lo = [], 0
+        for name, n in self.classes or (("", self.num_blocks),):
+            out.append((name, lo, lo + n))
+            lo += n
+        if lo != self.num_blocks:
+            raise ValueError(f"group {self.name!r}: classes hold {lo} blocks, the group {self.num_blocks}")
+        return out
+
+
+@dataclass(frozen=True)
+class BlockClasses:
+    """The storage class of each block of a request: blocks before `boundary` are `low`
+    (the native class under delayed conversion), the others `high`."""
+
+    high: str = ""
+    low: str = ""
+    boundary: int = 0  # in blocks
+
+    def of(self, i: int) -> str:
+        return self.low if i < self.boundary else self.high
+
+    def count(self, lo: int, hi: int) -> dict[str, int]:
+        """How many of blocks [lo, hi) each class provides."""
+        out: dict[str, int] = {}
+        n_low = max(0, min(hi, self.boundary) - lo)
+        if n_low:
+            out[self.low] = n_low
+        if hi - lo - n_low > 0:
+            out[self.high] = out.get(self.high, 0) + hi - lo - n_low
+        return out
 
 
 def seed_hash(namespace: str) -> bytes:
@@ -47,14 +89,17 @@ def seed_hash(namespace: str) -> bytes:
 
 
 def chain_hashes(token_ids: Sequence[int], block_size: int, namespace: str, start: bytes | None = None,
-                 start_block: int = 0, prev: list[bytes] | None = None) -> list[bytes]:
-    """Hashes of every full block of `token_ids`; block i's hash covers blocks 0..i."""
+                 start_block: int = 0, prev: list[bytes] | None = None,
+                 classes: BlockClasses | None = None) -> list[bytes]:
+    """Hashes of every full block of `token_ids`; block i's hash covers blocks 0..i and
+    the storage class of block i (the unnamed class adds nothing)."""
     out = list(prev or [])
     h = out[-1] if out else (start or seed_hash(namespace))
     n_full = len(token_ids) // block_size
     arr = np.asarray(token_ids[: n_full * block_size], dtype=np.int64)
     for i in range(len(out), n_full):
-        h = hashlib.blake2b(h + arr[i * block_size:(i + 1) * block_size].tobytes(), digest_size=16).digest()
+        cls = classes.of(i).encode() if classes is not None else b""
+        h = hashlib.blake2b(h + cls + arr[i * block_size:(i + 1) * block_size].tobytes(), digest_size=16).digest()
         out.append(h)
     return out
 
@@ -97,18 +142,37 @@ class _GroupPool:
         self.ref = [0] * group.num_blocks
         self.hash_of: list[bytes | None] = [None] * group.num_blocks
         self.meta: list[_Meta | None] = [None] * group.num_blocks
-        self.free_plain: list[int] = list(range(group.num_blocks - 1, -1, -1))  # pop() from the end
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 but hashed; oldest first
+        self.ranges = group.class_ranges()
+        # per storage class: free ids (pop() from the end), ref-0 hashed blocks (oldest first),
+        # and the most evictable blocks kept (RAM byte budget)
+        self.free: dict[str, list[int]] = {c: list(range(hi - 1, lo - 1, -1)) for c, lo, hi in self.ranges}
+        self.evictable: dict[str, OrderedDict[int, None]] = {c: OrderedDict() for c, _, _ in self.ranges}
+        self.limit: dict[str, int | None] = {c: None for c, _, _ in self.ranges}
         self.cached: dict[bytes, int] = {}  # full blocks by chained hash
         self.partials: dict[bytes, int] = {}  # partial blocks by H(parent, tokens)
         self.children: dict[bytes, set[int]] = {}  # parent hash -> cached blocks (full or partial)
-        self.limit: int | None = None  # most evictable blocks kept (RAM byte budget)
         self.on_evict: Callable[[int, _Meta], None] | None = None
         self.evicted = 0
 
-    @property
-    def num_free(self) -> int:
-        return len(self.free_plain) + len(self.evictable)
+    def cls_of(self, b: int) -> str:
+        for c, lo, hi in self.ranges:
+            if lo <= b < hi:
+                return c
+        raise IndexError(f"block {b} is not in group {self.group.name!r}")
+
+    def _cls(self, cls: str) -> str:
+        if cls not in self.free:
+            have = ", ".join(repr(c) for c in self.free)
+            raise KeyError(f"group {self.group.name!r} has no storage class {cls!r} (it has {have})")
+        return cls
+
+    def num_free(self, cls: str | None = None) -> int:
+        if cls is None:
+            return sum(len(f) for f in self.free.values()) + self.num_evictable()
+        return len(self.free[self._cls(cls)]) + len(self.evictable[cls])
+
+    def num_evictable(self) -> int:
+        return sum(len(e) for e in self.evictable.values())
 
     def _forget(self, b: int) -> None:
         """Drop block b's cache identity (it keeps its ref count)."""
@@ -126,8 +190,8 @@ class _GroupPool:
         self.meta[b] = None
         self.hash_of[b] = None
 
-    def _evict_oldest(self) -> int:
-        b, _ = self.evictable.popitem(last=False)
+    def _evict_oldest(self, cls: str) -> int:
+        b, _ = self.evictable[cls].popitem(last=False)
         m = self.meta[b]
         if m is not None and not m.partial and self.on_evict is not None:
             self.on_evict(b, m)
@@ -135,14 +199,15 @@ class _GroupPool:
         self.evicted += 1
         return b
 
-    def take_free(self) -> int:
-        b = self.free_plain.pop() if self.free_plain else self._evict_oldest()
+    def take_free(self, cls: str = "") -> int:
+        free = self.free[self._cls(cls)]
+        b = free.pop() if free else self._evict_oldest(cls)
         self.ref[b] = 1
         return b
 
     def take_cached(self, b: int) -> None:
         if self.ref[b] == 0:
-            self.evictable.pop(b, None)
+            self.evictable[self.cls_of(b)].pop(b, None)
         self.ref[b] += 1
 
     def _is_kept(self, b: int) -> bool:
@@ -153,16 +218,18 @@ class _GroupPool:
         self.ref[b] -= 1
         assert self.ref[b] >= 0, "block released twice"
         if self.ref[b] == 0:
+            cls = self.cls_of(b)
             if self._is_kept(b):
-                self.evictable[b] = None
-                self.enforce_limit()
+                self.evictable[cls][b] = None
+                self.enforce_limit(cls)
             else:
                 self._forget(b)
-                self.free_plain.append(b)
+                self.free[cls].append(b)
 
-    def enforce_limit(self) -> None:
-        while self.limit is not None and len(self.evictable) > self.limit:
-            self.free_plain.append(self._evict_oldest())
+    def enforce_limit(self, cls: str) -> None:
+        limit = self.limit[cls]
+        while limit is not None and len(self.evictable[cls]) > limit:
+            self.free[cls].append(self._evict_oldest(cls))
 
     def publish(self, b: int, h: bytes, parent: bytes = b"", tokens: Tokens = (), namespace: str = "") -> bool:
         """Make b findable by h; False if b already has an identity or h has a block."""
@@ -184,10 +251,11 @@ class _GroupPool:
             self.children.setdefault(parent, set()).add(b)
 
     def clear_cache(self) -> None:
-        while self.evictable:
-            b, _ = self.evictable.popitem(last=False)
-            self._forget(b)
-            self.free_plain.append(b)
+        for cls, ev in self.evictable.items():
+            while ev:
+                b, _ = ev.popitem(last=False)
+                self._forget(b)
+                self.free[cls].append(b)
 
 
 @dataclass
@@ -196,6 +264,7 @@ class _ReqBlocks:
     hashes: list[bytes] = field(default_factory=list)
     num_published: int = 0  # blocks whose hash was published
     namespace: str = ""
+    classes: BlockClasses = field(default_factory=BlockClasses)
     # latest commit: tokens and how many are confirmed (for keeping the partial tail at free)
     last_ids: Sequence[int] = ()
     num_confirmed: int = 0
@@ -208,6 +277,11 @@ class BlockManager:
         self.block_size = block_size
         self.groups = {g.name: g for g in groups}
         self.pools = {g.name: _GroupPool(g) for g in groups}
+        names = [{c for c, _, _ in p.ranges} for p in self.pools.values()]
+        if any(n != names[0] for n in names):
+            raise ValueError("every KV group needs the same storage classes")
+        # requests that name no classes use the first one
+        self.default_classes = BlockClasses(high=self.pools[groups[0].name].ranges[0][0])
         self.enable_prefix_caching = enable_prefix_caching
         self.reqs: dict[str, _ReqBlocks] = {}
         self.prefix_hit_tokens = 0  # counter: tokens served from shared blocks
@@ -225,17 +299,22 @@ class BlockManager:
             else:
                 pool.on_evict = (lambda b, m, n=name: tier.on_evict(m.namespace, n, b, m.h, m.tokens))
 
-    def set_cache_limit(self, group: str, max_blocks: int | None) -> None:
-        """Keep at most `max_blocks` unreferenced cached blocks in `group` (RAM budget)."""
+    def set_cache_limit(self, group: str, max_blocks: int | None, cls: str | None = None) -> None:
+        """Keep at most `max_blocks` unreferenced cached blocks in `group` (RAM budget), in
+        storage class `cls` (None: every class of the group)."""
         pool = self.pools[group]
-        pool.limit = max_blocks
-        pool.enforce_limit()
+        for c in ([cls] if cls is not None else list(pool.limit)):
+            pool.limit[pool._cls(c)] = max_blocks
+            pool.enforce_limit(c)
+
+    def class_names(self) -> list[str]:
+        return [c for c, _, _ in next(iter(self.pools.values())).ranges]
 
     # ---- queries -------------------------------------------------------
-    def num_free_blocks(self, group: str | None = None) -> int:
+    def num_free_blocks(self, group: str | None = None, cls: str | None = None) -> int:
         if group is not None:
-            return self.pools[group].num_free
-        return sum(p.num_free for p in self.pools.values())
+            return self.pools[group].num_free(cls)
+        return sum(p.num_free(cls) for p in self.pools.values())
 
     def num_total_blocks(self) -> int:
         return sum(g.num_blocks for g in self.groups.values())
@@ -243,7 +322,7 @@ class BlockManager:
     def num_cached_blocks(self, group: str | None = None) -> int:
         """Unreferenced blocks kept for reuse (the RAM tier's content)."""
         names = [group] if group else list(self.pools)
-        return sum(len(self.pools[n].evictable) for n in names)
+        return sum(self.pools[n].num_evictable() for n in names)
 
     def num_evicted_blocks(self) -> int:
         return sum(p.evicted for p in self.pools.values())
@@ -288,7 +367,7 @@ class BlockManager:
         return 0
 
     def _restore(self, hashes: list[bytes], k: int, max_blocks: int, token_ids: Sequence[int], max_new: int,
-                 namespace: str) -> list[tuple[str, int]]:
+                 namespace: str, classes: BlockClasses) -> list[tuple[str, int]]:
         """Bring blocks k.. of the chain back from the lower tier into RAM (as cached blocks),
         as far as the tier has them and the pool can spare the room. Returns the chain's
         blocks it pinned (one ref each, so neither restores nor the RAM limit evict them);
@@ -310,7 +389,8 @@ class BlockManager:
             j -= 1
         if j == k:
             return []
-        reserve = self._blocks_for(min(len(token_ids), j * bs + max_new)) - j
+        # blocks the rest of the request will need, per class: restores must leave them free
+        reserve = classes.count(j, self._blocks_for(min(len(token_ids), j * bs + max_new)))
         pinned: list[tuple[str, int]] = []
         for name, g in self.groups.items():
             pool = self.pools[name]
@@ -320,9 +400,10 @@ class BlockManager:
                     pool.take_cached(b)
                     pinned.append((name, b))
                     continue
-                if pool.num_free - 1 < reserve:
+                cls = classes.of(i)
+                if pool.num_free(cls) - 1 < reserve.get(cls, 0):
                     break
-                b = pool.take_free()
+                b = pool.take_free(cls)
                 if not tier.restore(namespace, name, hashes[i], b):
                     pool.release(b)
                     break
@@ -333,7 +414,7 @@ class BlockManager:
         return pinned
 
     def _partial_match(self, hashes: list[bytes], k: int, token_ids: Sequence[int],
-                       namespace: str) -> tuple[dict[str, int], int]:
+                       namespace: str, cls: str) -> tuple[dict[str, int], int]:
         """A cached block right after the k matched ones whose first m tokens equal ours:
         (source block per group, m). m leaves at least one token to compute."""
         bs = self.block_size
@@ -346,6 +427,8 @@ class BlockManager:
         for name, pool in self.pools.items():
             top, top_b = 0, -1
             for b in pool.children.get(parent, ()):
+                if pool.cls_of(b) != cls:  # rows are copied as stored: same precision only
+                    continue
                 toks = pool.meta[b].tokens  # type: ignore[union-attr]
                 m = 0
                 for a, c in zip(toks, want):
@@ -362,57 +445,62 @@ class BlockManager:
 
     # ---- allocation ----------------------------------------------------
     def _plan(self, hashes: list[bytes], k: int, cached: int, total: int,
-              src: dict[str, int]) -> dict[str, list[int]] | None:
+              src: dict[str, int], classes: BlockClasses) -> dict[str, list[int]] | None:
         plan: dict[str, list[int]] = {}
+        need = classes.count(k, self._blocks_for(total))
         for name, g in self.groups.items():
             pool = self.pools[name]
             lo = self._first_needed_block(g, cached)
             hit = [pool.cached[hashes[i]] for i in range(lo, k)]
-            need = self._blocks_for(total) - k
             # hit (and copy-source) blocks sitting in the evictable list stop being free once taken
-            reclaim = sum(1 for b in hit if pool.ref[b] == 0) + (1 if name in src and pool.ref[src[name]] == 0 else 0)
-            if need > pool.num_free - reclaim:
-                return None
+            taken = hit + ([src[name]] if name in src else [])
+            for cls, n in need.items():
+                reclaim = sum(1 for b in taken if pool.ref[b] == 0 and pool.cls_of(b) == cls)
+                if n > pool.num_free(cls) - reclaim:
+                    return None
             plan[name] = hit
         return plan
 
-    def admit(self, req_id: str, token_ids: Sequence[int], max_new: int, namespace: str = "") -> tuple[int, int] | None:
+    def admit(self, req_id: str, token_ids: Sequence[int], max_new: int, namespace: str = "",
+              classes: BlockClasses | None = None) -> tuple[int, int] | None:
         """Start a request: reuse its longest cached prefix (RAM, else restored from the
         lower tier, plus a copied partial block), then allocate blocks for up to `max_new`
         more tokens after it. Returns (cached tokens, new tokens), or None (no blocks
         taken) when the pool cannot hold it now.
 
         At least one token is always left to compute, so the step yields logits.
+        `classes` says which storage class each block comes from (default: the first).
         """
         assert req_id not in self.reqs
+        classes = classes or self.default_classes
         bs = self.block_size
         n = len(token_ids)
         max_blocks = (n - 1) // bs
-        hashes = chain_hashes(token_ids, bs, namespace) if self.enable_prefix_caching else []
+        hashes = chain_hashes(token_ids, bs, namespace, classes=classes) if self.enable_prefix_caching else []
         k = self._match(hashes, max_blocks) if hashes else 0
         pinned: list[tuple[str, int]] = []
         if self.tier is not None and hashes and k < max_blocks:
-            pinned = self._restore(hashes, k, max_blocks, token_ids, max_new, namespace)
+            pinned = self._restore(hashes, k, max_blocks, token_ids, max_new, namespace, classes)
             k = self._match(hashes, max_blocks)
         try:
-            return self._admit(req_id, token_ids, max_new, namespace, hashes, k)
+            return self._admit(req_id, token_ids, max_new, namespace, hashes, k, classes)
         finally:
             for name, b in reversed(pinned):  # descendants first: ancestors stay newest
                 self.pools[name].release(b)
 
     def _admit(self, req_id: str, token_ids: Sequence[int], max_new: int, namespace: str, hashes: list[bytes],
-               k: int) -> tuple[int, int] | None:
+               k: int, classes: BlockClasses) -> tuple[int, int] | None:
         bs = self.block_size
         n = len(token_ids)
         src, m = ({}, 0)
         if self.tier is not None and self.enable_prefix_caching:
-            src, m = self._partial_match(hashes, k, token_ids, namespace)
+            src, m = self._partial_match(hashes, k, token_ids, namespace, classes.of(k))
         plan = None
         for src, m in ((src, m), ({}, 0)) if m else (({}, 0),):
             cached = k * bs + m
             num_new = min(n - cached, max_new)
             total = cached + num_new
-            plan = self._plan(hashes, k, cached, total, src)
+            plan = self._plan(hashes, k, cached, total, src, classes)
             if plan is not None:
                 break
         if plan is None:
@@ -426,13 +514,14 @@ class BlockManager:
             for b in plan[name]:
                 pool.take_cached(b)
             t = [NULL_BLOCK] * lo + plan[name]
-            t += [pool.take_free() for _ in range(self._blocks_for(total) - k)]
+            t += [pool.take_free(classes.of(i)) for i in range(k, self._blocks_for(total))]
             tables[name] = t
             if name in src:
                 assert self.tier is not None
                 self.tier.copy_rows(name, src[name], t[k], m)
                 pool.release(src[name])
-        self.reqs[req_id] = _ReqBlocks(tables=tables, hashes=hashes[:k], num_published=k, namespace=namespace)
+        self.reqs[req_id] = _ReqBlocks(tables=tables, hashes=hashes[:k], num_published=k, namespace=namespace,
+                                       classes=classes)
         self.prefix_hit_tokens += cached
         self.partial_hit_tokens += m
         return cached, num_new
@@ -440,7 +529,8 @@ class BlockManager:
     def can_grow(self, req_id: str, num_tokens: int) -> bool:
         r = self.reqs[req_id]
         need = self._blocks_for(num_tokens)
-        return all(need - len(r.tables[n]) <= self.pools[n].num_free for n in self.groups)
+        return all(c <= self.pools[n].num_free(cls)
+                   for n in self.groups for cls, c in r.classes.count(len(r.tables[n]), need).items())
 
     def grow(self, req_id: str, num_tokens: int) -> bool:
         """Make the tables cover positions [0, num_tokens). All or nothing."""
@@ -451,7 +541,7 @@ class BlockManager:
         for n in self.groups:
             t = r.tables[n]
             while len(t) < need:
-                t.append(self.pools[n].take_free())
+                t.append(self.pools[n].take_free(r.classes.of(len(t))))
         return True
 
     def trim(self, req_id: str, num_tokens: int) -> None:
@@ -474,7 +564,7 @@ class BlockManager:
         if self.enable_prefix_caching:
             n_full = num_confirmed // bs
             if n_full > len(r.hashes):
-                r.hashes = chain_hashes(token_ids[: n_full * bs], bs, namespace, prev=r.hashes)
+                r.hashes = chain_hashes(token_ids[: n_full * bs], bs, namespace, prev=r.hashes, classes=r.classes)
             if n_full > r.num_published:
                 seed = seed_hash(namespace) if r.num_published == 0 else b""
                 for n in self.groups:

@@ -12,6 +12,7 @@ import torch
 
 from augury.config import ModelConfig
 from augury.kv.block_manager import KVGroup
+from augury.kv.classed import ClassedStore
 from augury.kv.codecs import EncodedStore, KVCodec
 
 _UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -81,6 +82,32 @@ def plan_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_s
     return groups
 
 
+def base_codec(codec: KVCodec) -> KVCodec:
+    """The codec without its `start` (a pool stores codecs; boundaries are per request)."""
+    return KVCodec(codec.key, codec.value, 0, codec.name)
+
+
+def class_name(codec: KVCodec | None) -> str:
+    """A codec's storage-class name: "" for native (so native block hashes are the same in
+    every pool), else the codec's id without its `start`."""
+    if codec is None or codec.is_native:
+        return ""
+    return base_codec(codec).id
+
+
+def plan_class_groups(cfg: ModelConfig, dtype: torch.dtype, budget_bytes: int, block_size: int, max_num_seqs: int,
+                      max_batched_tokens: int, codecs: dict[str, KVCodec],
+                      shares: dict[str, float]) -> list[KVGroup]:
+    """`plan_groups` per storage class on its share of the budget, merged: each group's
+    blocks are the classes' blocks, in the order of `codecs`."""
+    merged: dict[str, tuple[KVGroup, list[tuple[str, int]]]] = {}
+    for cls, codec in codecs.items():
+        for g in plan_groups(cfg, dtype, int(budget_bytes * shares[cls]), block_size, max_num_seqs,
+                             max_batched_tokens, codec):
+            merged.setdefault(g.name, (g, []))[1].append((cls, g.num_blocks))
+    return [KVGroup(g.name, sum(n for _, n in cl), g.window, tuple(cl)) for g, cl in merged.values()]
+
+
 @dataclass
 class KVPool:
     # per layer [num_slots, Hkv, D] in the compute dtype, or an EncodedStore when the
@@ -90,11 +117,18 @@ class KVPool:
     group_of_layer: list[str]
     block_size: int
     codec: KVCodec | None = None  # None = native
+    # several storage classes (kv/classed.py): class -> codec, and each group's slot ranges
+    classes: dict[str, KVCodec] | None = None
+    class_ranges: dict[str, list[tuple[str, int, int]]] | None = None
 
     @classmethod
     def allocate(cls, cfg: ModelConfig, groups: list[KVGroup], block_size: int,
-                 dtype: torch.dtype, device: torch.device, codec: KVCodec | None = None) -> "KVPool":
-        """Sliding-window layers use the same codec as full ones (their slots are read the same way)."""
+                 dtype: torch.dtype, device: torch.device, codec: KVCodec | None = None,
+                 classes: dict[str, KVCodec] | None = None) -> "KVPool":
+        """Sliding-window layers use the same codec as full ones (their slots are read the same way).
+        With `classes` (more than one), each layer gets one store per class (ClassedStore)."""
+        if classes is not None and len(classes) > 1:
+            return cls._allocate_classed(cfg, groups, block_size, dtype, device, classes)
         by_name = {g.name: g for g in groups}
         encoded = codec is not None and not codec.is_native
         if encoded:
@@ -113,6 +147,46 @@ class KVPool:
             names.append(name)
         return cls(ks, vs, names, block_size, codec if encoded else None)
 
+    @classmethod
+    def _allocate_classed(cls, cfg: ModelConfig, groups: list[KVGroup], block_size: int, dtype: torch.dtype,
+                          device: torch.device, classes: dict[str, KVCodec]) -> "KVPool":
+        by_name = {g.name: g for g in groups}
+        ranges = {g.name: [(c, lo * block_size, hi * block_size) for c, lo, hi in g.class_ranges()] for g in groups}
+
+        def store(codec: KVCodec, side: str, slots: int):
+            if codec.is_native:
+                return torch.zeros((slots, cfg.num_kv_heads, cfg.head_dim), dtype=dtype, device=device)
+            return EncodedStore(getattr(codec, side), slots, cfg.num_kv_heads, cfg.head_dim, dtype, device)
+
+        for codec in classes.values():
+            if not codec.is_native:
+                codec.bind(cfg.head_dim)
+        ks, vs, names = [], [], []
+        for i in range(cfg.num_layers):
+            name = "sliding" if cfg.is_sliding(i) else "full"
+            rs = ranges[by_name[name].name]
+            ks.append(ClassedStore({c: (store(classes[c], "key", hi - lo), lo) for c, lo, hi in rs}))
+            vs.append(ClassedStore({c: (store(classes[c], "value", hi - lo), lo) for c, lo, hi in rs}))
+            names.append(name)
+        return cls(ks, vs, names, block_size, None, dict(classes), ranges)
+
+    def class_tensors(self, layer: int, cls: str) -> list[torch.Tensor]:
+        """Every [num_slots, ...] tensor of one layer's class, K then V (a codec's parts)."""
+        out: list[torch.Tensor] = []
+        for side in (self.k[layer], self.v[layer]):
+            if isinstance(side, ClassedStore):
+                out.extend(side.tensors(cls))
+            else:
+                out.extend(side.parts if isinstance(side, EncodedStore) else [side])
+        return out
+
+    @property
+    def device(self) -> torch.device:
+        k0 = self.k[0]
+        if isinstance(k0, ClassedStore):
+            return k0.device
+        return k0.device if isinstance(k0, torch.Tensor) else k0.parts[0].device
+
     def nbytes(self) -> int:
-        return sum(t.nbytes() if isinstance(t, EncodedStore) else t.numel() * t.element_size()
+        return sum(t.nbytes() if isinstance(t, (EncodedStore, ClassedStore)) else t.numel() * t.element_size()
                    for t in self.k + self.v)

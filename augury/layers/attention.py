@@ -32,6 +32,7 @@ class SeqSpec:
     # per group: block ids covering positions [0, num_cached + num_new); for a sliding
     # group, blocks wholly outside the window of the first new token may be -1 (released)
     block_tables: dict[str, list[int]]
+    kv_key: str = ""  # the request's KV codec (pools with several storage classes run one segment per key)
 
 
 @dataclass
@@ -53,6 +54,14 @@ class GroupAttnMeta:
     # (flat rows [lo, hi) each) so decodes are not padded to the longest window: (lo, hi, meta)
     parts: list[tuple[int, int, "GroupAttnMeta"]] | None = None
     dense: bool = False  # the mask is all True (one request reading every key): attention skips it
+    # pools with several storage classes (kv/classed.py): the class whose local slot ids this
+    # meta holds, or None when its requests span classes: then the slots stay global, and
+    # `write_split` says which class each new token goes to (class, token rows, local slots)
+    store_class: str | None = None
+    view_classes: tuple[str, ...] = ()
+    write_split: list[tuple[str, torch.Tensor, torch.Tensor]] | None = None
+    # a step with requests of several KV codecs: one run per codec, flat rows [lo, hi) each
+    codec_parts: list[tuple[int, int, "GroupAttnMeta", str]] | None = None
     _bias: dict[torch.dtype, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
@@ -81,29 +90,75 @@ class AttentionMetadataError(ValueError):
     """The step's block tables do not cover what attention must read or write."""
 
 
+ClassRanges = dict[str, list[tuple[str, int, int]]]  # group -> (storage class, first slot, end slot)
+
+
 def build_attention_metadata(
     seqs: list[SeqSpec],
     block_size: int,
     windows: dict[str, int | None],
     device: torch.device | str,
+    class_ranges: ClassRanges | None = None,
 ) -> AttentionMetadata:
     """Host-side, once per step. `windows` maps each group name to its window (None = full).
 
     When the step starts with single-token decodes followed by longer windows (the
     runner orders it so), attention runs as two segments: the decodes unpadded, the
-    rest padded to its own longest window."""
+    rest padded to its own longest window. With `class_ranges` (a pool of several
+    storage classes), requests come grouped by `kv_key` and each key's run gets its
+    own segments, with slots translated to the class they read (kv/classed.py)."""
     if not seqs:
         raise AttentionMetadataError("a step needs at least one request")
+    runs: list[tuple[int, int]] = []
+    if class_ranges is not None:
+        lo = 0
+        for i in range(1, len(seqs) + 1):
+            if i == len(seqs) or seqs[i].kv_key != seqs[lo].kv_key:
+                runs.append((lo, i))
+                lo = i
+        if len({seqs[a].kv_key for a, _ in runs}) != len(runs):
+            raise AttentionMetadataError("requests of one KV codec must be consecutive in a step")
+    if len(runs) <= 1:
+        return _build_split(seqs, block_size, windows, device, class_ranges)
     meta = _build(seqs, block_size, windows, device)
+    parts = []
+    for a, b in runs:
+        sub = _build_split(seqs[a:b], block_size, windows, device, class_ranges)
+        parts.append((meta.query_start[a], meta.query_start[b], sub, seqs[a].kv_key))
+    for g, gm in meta.groups.items():
+        gm.codec_parts = [(lo, hi, sub.groups[g], key) for lo, hi, sub, key in parts]
+    return meta
+
+
+def _build_split(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | None], device: torch.device | str,
+                 class_ranges: ClassRanges | None) -> AttentionMetadata:
+    meta = _build(seqs, block_size, windows, device, class_ranges)
     n_dec = 0
     while n_dec < len(seqs) and seqs[n_dec].num_new == 1:
         n_dec += 1
     if 0 < n_dec < len(seqs):
-        head = _build(seqs[:n_dec], block_size, windows, device)
-        tail = _build(seqs[n_dec:], block_size, windows, device)
+        head = _build(seqs[:n_dec], block_size, windows, device, class_ranges)
+        tail = _build(seqs[n_dec:], block_size, windows, device, class_ranges)
         for g, gm in meta.groups.items():
             gm.parts = [(0, n_dec, head.groups[g]), (n_dec, meta.num_tokens, tail.groups[g])]
     return meta
+
+
+def _classify(slots: np.ndarray, gather: np.ndarray, ranges: list[tuple[str, int, int]]):
+    """Which storage classes this segment touches -> (class or None, slots, gather, split).
+    One class: slots become local to it. Several: slots stay global and `split` lists
+    (class, token rows, local slots) for the writes."""
+    every = np.concatenate([slots, gather.reshape(-1)])
+    touched = [(c, lo, hi) for c, lo, hi in ranges if ((every >= lo) & (every < hi)).any()]
+    if len(touched) == 1:
+        c, lo, _ = touched[0]
+        return c, slots - lo, gather - lo, None, (c,)
+    split = []
+    for c, lo, hi in touched:
+        rows = np.nonzero((slots >= lo) & (slots < hi))[0]
+        if len(rows):
+            split.append((c, rows, slots[rows] - lo))
+    return None, slots, gather, split, tuple(c for c, _, _ in touched)
 
 
 def _build(
@@ -111,6 +166,7 @@ def _build(
     block_size: int,
     windows: dict[str, int | None],
     device: torch.device | str,
+    class_ranges: ClassRanges | None = None,
 ) -> AttentionMetadata:
     B = len(seqs)
     nc = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=B)
@@ -176,6 +232,9 @@ def _build(
         mask = kpos[:, None, :] <= qpos[:, :, None]  # causal; padded keys sit past every query
         if window is not None:
             mask &= kpos[:, None, :] > qpos[:, :, None] - window
+        store_class, split, view = None, None, ()
+        if class_ranges is not None:
+            store_class, slots, gather, split, view = _classify(slots, gather, class_ranges[g])
         groups[g] = GroupAttnMeta(
             window=window,
             slot_mapping=dev(slots),
@@ -187,6 +246,9 @@ def _build(
             q_index=q_index,
             out_index=out_index,
             dense=bool(mask.all()),
+            store_class=store_class,
+            view_classes=view,
+            write_split=None if split is None else [(c, dev(r), dev(s)) for c, r, s in split],
         )
     return AttentionMetadata(
         positions=dev(pos),
@@ -215,7 +277,13 @@ def paged_attention(
     each other through the same gather as its cached ones.
     """
     if not isinstance(k_pool, torch.Tensor):  # an encoded KV codec: encode on write, decode on read
+        from augury.kv.classed import ClassedStore
         from augury.kv.codecs.attention import encoded_paged_attention
+
+        if isinstance(k_pool, ClassedStore):  # several codecs in one pool
+            from augury.kv.classed import classed_paged_attention
+
+            return classed_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
 
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))

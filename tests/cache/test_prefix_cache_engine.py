@@ -84,7 +84,7 @@ def test_ssd_never_serves_another_namespace(tiny_llama_dir, tmp_path):
 
 def test_ram_byte_budget_is_counted(tiny_llama_dir):
     with make_engine(tiny_llama_dir, prompt_cache_bytes=0) as e:
-        budget = 3 * e.prefix_cache.block_bytes["full"]
+        budget = 3 * e.prefix_cache.group_block_bytes("full")
         e.prefix_cache.set_ram_budget(budget)
         for s in range(4):
             e.generate(prompt(60, seed=20 + s), GREEDY)

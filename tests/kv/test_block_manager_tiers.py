@@ -147,7 +147,7 @@ def test_every_block_returns_with_tier_and_partials():
             m.free(f"r{i}")
     assert m.num_free_blocks() == 8
     m.reset_prefix_cache()
-    assert len(m.pools["full"].free_plain) == 8 and not m.pools["full"].children
+    assert len(m.pools["full"].free[""]) == 8 and not m.pools["full"].children
 
 
 def test_restore_with_a_sliding_group_brings_back_only_the_window():

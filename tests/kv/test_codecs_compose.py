@@ -91,7 +91,8 @@ def test_ssd_round_trip_of_encoded_blocks(dirs, tmp_path, scheme):
         miss = cold.generate(p + [7], greedy).token_ids
     with _engine(target, ssd_cache_dir=str(tmp_path), **kw) as e:
         ns = e.namespace
-        assert e.kv_codec.id in ns  # the codec and its parameters key the files
+        # the codec and its parameters are the blocks' storage class: in every block hash (file name)
+        assert e.blocks.class_names() == [e.kv_codec.id]
         assert e.generate(p, greedy).token_ids
         st = e.flush_cache()
         assert st["flushed"] and st["prefix_cache_ssd_files"] >= 5
@@ -102,6 +103,6 @@ def test_ssd_round_trip_of_encoded_blocks(dirs, tmp_path, scheme):
         assert r.token_ids == miss
     # another codec never reads these files
     with _engine(target, ssd_cache_dir=str(tmp_path), kv_quant="turbo:k8v4") as e3:
-        assert e3.namespace != ns
+        assert e3.blocks.class_names() != [e.kv_codec.id]  # another storage class: other block hashes
         r = e3.generate(p + [7], greedy)
         assert r.cached_tokens == 0 and e3.blocks.restored_blocks == 0

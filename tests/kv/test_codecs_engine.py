@@ -46,8 +46,8 @@ def test_pool_is_encoded_and_bills_encoded_bytes(turbo, hd64_dir):
         ratio = turbo.blocks.num_total_blocks() / native.blocks.num_total_blocks()
         assert ratio == pytest.approx(32 / 6.25, rel=0.02)
         assert turbo.pool.nbytes() <= 2 * 1024**2
-        assert turbo.kv_codec.id in turbo.namespace or turbo.kv_codec.id in getattr(
-            getattr(turbo, "cache_namespace", None), "kv_codec_id", "")
+        # the codec is each block's storage class: part of every block hash
+        assert turbo.blocks.class_names() == [turbo.kv_codec.id] and native.blocks.class_names() == [""]
     finally:
         native.shutdown()
 
@@ -101,7 +101,9 @@ def test_head_dims_the_codec_cannot_take_are_refused(tmp_path):
 def test_flags_validate():
     with pytest.raises(ConfigError):
         EngineConfig(kv_quant="turbo:k8v9").validate()
-    with pytest.raises(ConfigError, match="quantized-kv-start"):
-        EngineConfig(kv_bits=4, quantized_kv_start=64).validate()
+    with pytest.raises(ConfigError, match="kv-extra-codecs"):
+        EngineConfig(kv_extra_codecs="native,turbo:k8v9").validate()
+    with pytest.raises(ConfigError, match="kv-extra-share"):
+        EngineConfig(kv_extra_share=1.5).validate()
+    EngineConfig(kv_bits=4, quantized_kv_start=64).validate()
     assert EngineConfig(kv_bits=8).kv_codec().name == "affine8"
-    assert EngineConfig().kv_codec_id is None
