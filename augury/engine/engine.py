@@ -199,7 +199,7 @@ class Engine:
                 classes.setdefault(class_name(c), base_codec(c))
         return classes
 
-    def _kv_plan(self, params: SamplingParams, prompt_len: int) -> tuple[str, BlockClasses, dict]:
+    def _kv_plan(self, params: SamplingParams, prompt_len: int) -> tuple[str, BlockClasses, dict | None]:
         """A request's KV codec -> (run key, block classes, what the response reports).
 
         Each codec the request may ask for is a storage class of the pool (the server's
@@ -226,8 +226,11 @@ class Engine:
                 raise ValueError(f"kv_cache: {n} tokens of {cls or 'native'} KV do not fit this server's share "
                                  f"for that codec ({self.class_capacity[cls]} tokens); raise --kv-extra-share "
                                  f"or --kv-budget, or ask for fewer tokens")
-        info = {"codec": want.name or want.id, "start": want.start if boundary else 0,
-                "sliding": (want.name or want.id) if self.model_config.sliding_window else None}
+        info = None
+        if params.kv_cache is not None or len(self.kv_classes) > 1 or not self.kv_codec.is_native:
+            # sliding-window layers store the request's codec too (their slots are read the same way)
+            info = {"codec": want.name or want.id, "start": want.start if boundary else 0,
+                    "sliding": (want.name or want.id) if self.model_config.sliding_window else None}
         return want.id, BlockClasses(high=high, low="", boundary=boundary), info
 
     def _spec_for(self, params: SamplingParams) -> tuple[str | None, int]:

@@ -125,6 +125,9 @@ def _segment(q, k, v, k_store: ClassedStore, v_store: ClassedStore, gm, scale, s
     if gm.store_class is not None:  # slots are local to that class's store
         return paged_attention(q, k, v, k_store.store(gm.store_class), v_store.store(gm.store_class), gm,
                                scale, softcap)
+    if gm.write_split is None:
+        raise ValueError("a pool with several KV codecs needs attention metadata built with its class ranges "
+                         "(build_attention_metadata(..., class_ranges=pool.class_ranges))")
     kv = MixedView(k_store, gm.view_classes, gm.write_split)
     vv = MixedView(v_store, gm.view_classes, gm.write_split)
     return encoded_paged_attention(q, k, v, kv, vv, gm, scale, softcap)

@@ -140,7 +140,8 @@ async def messages(body: MessagesRequest, request: Request):
         "stop_reason": _stop_reason(final.finish_reason, bool(calls)), "stop_sequence": None,
         "usage": {"input_tokens": final.prompt_tokens, "output_tokens": final.completion_tokens,
                   "cache_read_input_tokens": final.cached_tokens, "cache_creation_input_tokens": 0,
-                  **({"speculation": final.speculation} if final.speculation else {})},
+                  **({"speculation": final.speculation} if final.speculation else {}),
+                  **({"kv_cache": final.kv_cache} if getattr(final, "kv_cache", None) else {})},
     })
 
 

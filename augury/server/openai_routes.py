@@ -41,6 +41,9 @@ def _usage(finals: list[RequestOutput]) -> dict:
     spec = speculation_usage(finals)
     if spec is not None:
         usage["speculation"] = spec
+    kv = next((o.kv_cache for o in finals if getattr(o, "kv_cache", None)), None)
+    if kv is not None:
+        usage["kv_cache"] = kv  # codec, start, the native/encoded boundary reached, sliding layers' codec
     return usage
 
 

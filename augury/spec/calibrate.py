@@ -55,7 +55,8 @@ def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: to
         out = []
         with torch.inference_mode():
             for T in SIZES:
-                meta = build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device)
+                meta = build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device,
+                                                getattr(pool, "class_ranges", None))
                 ids = torch.ones(T, dtype=torch.long, device=device)
                 ts = []
                 for r in range(reps + 1):
