@@ -112,7 +112,7 @@ def test_reuse_only_at_the_stored_precision(mixed):
 def test_speculative_rollback_never_moves_the_boundary(hd64_dir):
     rep = ([5, 6, 7, 8, 9, 10, 11, 12] * 8)[:60]
     late = {"codec": "turbo", "start": 40}
-    with _engine(hd64_dir, kv_quant="turbo", quantized_kv_start=40, spec="ngram") as e:
+    with _engine(hd64_dir, kv_quant="turbo", quantized_kv_start=40, spec="ngram", spec_adaptive=False) as e:
         assert e.blocks.class_names() == [e.kv_codec.id.removesuffix(";start=40"), ""]
         plain = e.generate(rep, _greedy(late, n=40, speculative=False))
         spec = e.generate(rep, _greedy(late, n=40))
