@@ -27,6 +27,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (torch intra-op)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--decode-burst", type=int, default=None,
+                   help="greedy decode steps computed per engine step when every request is plain greedy "
+                        "(default: 8 with CUDA graphs, off on CPU; 0 = off)")
     g.add_argument("--compile", action="store_true",
                    help="experimental: torch.compile the forward (dynamic shapes; the first start compiles for minutes)")
     pc = p.add_argument_group("prefix cache")
@@ -59,7 +62,7 @@ def _engine_config(a: argparse.Namespace, **extra: Any) -> EngineConfig:
         model=a.model, device=a.device, dtype=a.dtype, weights=a.weights, kv_budget=a.kv_budget,
         block_size=a.block_size, max_num_seqs=a.max_batch, max_num_batched_tokens=a.max_batched_tokens,
         max_model_len=a.max_model_len, enable_prefix_caching=not a.no_prefix_caching, threads=a.threads,
-        progress=not a.quiet, compile=a.compile, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
+        progress=not a.quiet, compile=a.compile, decode_burst=a.decode_burst, spec=a.spec, draft_model=a.draft_model, draft_weights=a.draft_weights,
         num_draft_tokens=a.num_draft_tokens, spec_layers=a.spec_layers, spec_adaptive=not a.no_adaptive_draft,
         kv_bits=a.kv_bits, kv_group_size=a.kv_group_size, quantized_kv_start=a.quantized_kv_start,
         kv_quant=a.kv_quant, kv_extra_codecs=a.kv_extra_codecs, kv_extra_share=a.kv_extra_share,

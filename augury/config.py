@@ -197,6 +197,9 @@ class EngineConfig:
     threads: int | None = None  # torch intra-op threads on CPU
     compile: bool = False  # torch.compile the model forward (dynamic shapes; slow first start)
     cuda_graphs: bool = True  # replay captured decode steps on CUDA
+    # greedy decode steps per burst when every running request is plain greedy (engine/burst.py):
+    # None = auto (8 on a CUDA-graph engine, off elsewhere), 0 or 1 = off
+    decode_burst: int | None = None
     seed: int | None = None  # base seed for requests without one
     progress: bool = True
     # speculative decoding defaults (a request may override or turn it off)

@@ -17,6 +17,7 @@ from augury.engine.model_runner import ModelRunner
 from augury.engine.request import Request, RequestStatus
 from augury.engine.sampler import SamplingRow, sample
 from augury.engine.scheduler import Scheduler, SchedulerOutput
+from augury.engine.burst import burst_length
 from augury.engine.types import RequestOutput, TokenLogprob
 from augury.kv.block_manager import BlockManager
 from augury.spec.coordinator import SpecCoordinator
@@ -31,6 +32,7 @@ class EngineCounters:
     requests_finished: int = 0
     requests_aborted: int = 0
     steps: int = 0
+    burst_steps: int = 0  # forwards run inside decode bursts (engine/burst.py)
     preemptions: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -47,6 +49,7 @@ class EngineCore:
         self.requests: dict[str, Request] = {}
         self.counters = EngineCounters()
         self.spec: SpecCoordinator | None = None  # set by the Engine when speculation is configured
+        self.burst = 0  # most greedy decode steps per burst (engine/burst.py); < 2 = off
 
     # ---- request lifecycle -----------------------------------------------
     def add(self, req: Request) -> None:
@@ -119,6 +122,11 @@ class EngineCore:
                 self.spec.release(req)
         if not sched.seqs:
             return
+        n_burst = burst_length(sched, self.burst, self.max_model_len, not self.scheduler.waiting)
+        if n_burst and all(self.blocks.grow(s.request.request_id, s.request.num_tokens - 1 + n_burst)
+                           for s in sched.seqs):
+            self._burst(sched, n_burst)
+            return
         now = time.monotonic()
         for s in sched.seqs:
             if s.request.admit_time is None:
@@ -148,6 +156,22 @@ class EngineCore:
             elif s.sample:
                 self._append(req, tokens[i], lps[i] if lps is not None else None)
             req.draft_ids = []
+            if not req.finished:
+                self.scheduler.commit(req)
+
+    def _burst(self, sched: SchedulerOutput, n: int) -> None:
+        """n greedy decode steps at once; tokens go out one by one as in n normal steps
+        (a request that stops mid-burst drops the rest; commit trims its KV)."""
+        tokens = self.runner.execute_burst(sched, n)
+        self.counters.steps += n
+        self.counters.burst_steps += n
+        for i, s in enumerate(sched.seqs):
+            req = s.request
+            for tok in tokens[i]:
+                req.num_computed += 1
+                self._append(req, tok, None)
+                if req.finished:
+                    break
             if not req.finished:
                 self.scheduler.commit(req)
 

@@ -102,6 +102,7 @@ class Engine:
                             ", ".join(c or "native" for c in self.kv_classes))
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
+        self.core.burst = self._burst_steps(config)
         self.drafters = build_drafters(self, config)
         # RAM budget + SSD tier; wraps drafters with own pools so their KV is cached too
         self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
@@ -181,6 +182,15 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+
+    def _burst_steps(self, config: EngineConfig) -> int:
+        """Greedy decode steps per burst: host overhead is what bursts save, so auto turns them
+        on where the step itself is a cheap graph replay."""
+        if config.decode_burst is not None:
+            return max(0, int(config.decode_burst))
+        from augury.engine.burst import AUTO_BURST_CUDA
+
+        return AUTO_BURST_CUDA if self.runner.graphs is not None else 0
 
     @staticmethod
     def _storage_classes(config: EngineConfig, head_dim: int) -> dict:
@@ -306,6 +316,7 @@ class Engine:
             "requests_aborted": c.requests_aborted,
             "preemptions": c.preemptions,
             "steps": c.steps,
+            "burst_steps": c.burst_steps,
             "spec_drafted_total": self.core.spec.totals["drafted"] if self.core.spec else 0,
             "spec_accepted_total": self.core.spec.totals["accepted"] if self.core.spec else 0,
             "spec_rounds_total": self.core.spec.totals["rounds"] if self.core.spec else 0,

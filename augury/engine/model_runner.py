@@ -45,6 +45,34 @@ class ModelRunner:
                                        max_batch)
 
     @torch.inference_mode()
+    def execute_burst(self, out: SchedulerOutput, n: int) -> list[list[int]]:
+        """n greedy decode steps for a pure-decode step (engine/burst.py): per scheduled seq,
+        its n tokens. The argmax feeds the next step on the device; one host sync at the end."""
+        order = sorted(range(len(out.seqs)), key=lambda i: out.seqs[i].request.kv_key)
+        reqs = [out.seqs[i].request for i in order]
+        ids = [r.all_ids[r.num_computed] for r in reqs]
+        specs = [SeqSpec(num_cached=r.num_computed, num_new=1, block_tables=self.blocks.block_tables(r.request_id),
+                         kv_key=r.kv_key) for r in reqs]
+        if self.graphs is not None and self.graphs.usable(specs):
+            toks = self.graphs.run_burst(ids, specs, n)  # [n, B]
+        else:
+            cur = torch.tensor(ids, dtype=torch.long, device=self.device)
+            steps = []
+            for j in range(n):
+                step_specs = [SeqSpec(s.num_cached + j, 1, s.block_tables, s.kv_key) for s in specs]
+                meta = build_attention_metadata(step_specs, self.pool.block_size, self.windows, self.device,
+                                                self.class_ranges)
+                # the sampler's greedy choice: argmax of the float32 logits (ties -> lowest id)
+                cur = self.model.compute_logits(self.model(cur, meta.positions, meta, self.pool)).float().argmax(-1)
+                steps.append(cur)
+            toks = torch.stack(steps)
+        host = toks.cpu().tolist()
+        result: list[list[int]] = [[] for _ in out.seqs]
+        for col, i in enumerate(order):
+            result[i] = [host[j][col] for j in range(n)]
+        return result
+
+    @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> StepLogits:
         ids: list[int] = []
         specs: list[SeqSpec] = []

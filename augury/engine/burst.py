@@ -1,0 +1,48 @@
+"""Decode bursts: several greedy decode steps per engine iteration.
+
+On a GPU the model's step is short (a 135M model: well under a millisecond in a
+CUDA graph) while the engine's host work per step (schedule, metadata, sampler,
+detokenizer, streaming) costs a few milliseconds, so small models and batches
+are host-bound. When every running request is a plain greedy decode, the
+runner computes N steps in a row with the argmax fed back on the device (one
+CUDA graph holds all N forwards) and the core then emits the N tokens per
+request through the normal stop / EOS / detokenizer path. A request that stops
+inside the burst drops the tokens after its stop, exactly as if it had stopped
+at that step, so the output is the same token for token; only the wasted
+forwards of the stopped request's tail are extra.
+
+Eligible requests: greedy, no logprobs, no logit bias, no penalties, no grammar,
+no speculation (those need the host sampler or a verify step each token).
+"""
+
+from __future__ import annotations
+
+from augury.engine.request import Request
+from augury.engine.scheduler import SchedulerOutput
+
+AUTO_BURST_CUDA = 8  # steps per burst when --decode-burst is auto on a CUDA-graph engine
+
+
+def burst_eligible(req: Request) -> bool:
+    p = req.params
+    return (p.greedy and not p.logprobs and p.top_logprobs == 0 and not p.logit_bias
+            and p.repetition_penalty == 1.0 and p.presence_penalty == 0.0 and p.frequency_penalty == 0.0
+            and req.matcher is None and req.spec_method is None)
+
+
+def burst_length(sched: SchedulerOutput, max_steps: int, max_model_len: int, queue_empty: bool) -> int:
+    """How many greedy steps this step may run at once (< 2: a normal step).
+
+    Only when nothing waits for admission (a burst would delay its prefill), nothing was
+    preempted, and every scheduled request decodes one token and is eligible; never past
+    any request's max_tokens or the context window, so no token is computed that a
+    normal step would not compute for a request that keeps running."""
+    if max_steps < 2 or not queue_empty or sched.preempted or not sched.seqs:
+        return 0
+    n = max_steps
+    for s in sched.seqs:
+        req = s.request
+        if s.num_new != 1 or s.num_draft or not s.sample or req.in_prefill or not burst_eligible(req):
+            return 0
+        n = min(n, req.params.max_tokens - len(req.output_ids), max_model_len - req.num_tokens)
+    return n if n >= 2 else 0
