@@ -35,10 +35,10 @@ import torch
 L2_MULTIPLE_BYTES = 512 << 20  # each case cycles through >= this many bytes of distinct buffers
 MAX_COPIES = 32
 # --sweep searches these cases only (the ones the targets name), each for at most SWEEP_CASE_S
-SWEEP_CASE_S = 13.0
-SWEEP_ATTENTION = {(64, 1024, 1), (64, 8192, 1), (8, 8192, 1), (1, 8192, 1), (2, 40, 1)}
-SWEEP_INT4 = {("qkv", 1), ("gate_up", 1), ("down", 1), ("qkv", 16), ("down", 16)}
-SWEEP_ENCODED = {("turbo", 8), ("affine4", 8), ("turbo", 1)}
+SWEEP_CASE_S = 12.0
+SWEEP_ATTENTION = {(1, 8192, 16), (8, 8192, 4), (1, 1024, 1), (2, 40, 1)}
+SWEEP_INT4 = {("qkv", 1), ("o", 1), ("gate_up", 1), ("down", 1), ("qkv", 16), ("gate_up", 16)}
+SWEEP_ENCODED = {("turbo", 8), ("affine4", 8), ("turbo", 1), ("turbo:rk4v3", 8)}
 
 
 def _log(msg: str) -> None:
@@ -260,7 +260,7 @@ def bench_int4(shapes: dict, ms: list[int], gs: int, dev, bw, sweep: bool, deadl
                     cfg = LaunchConfig(p["block_n"], p["block_k"], p["num_warps"], p["num_stages"], p["waves"])
                     return time_calls([(lambda pk=pk: int4_linear(x, pk, cfg=cfg, use_dot=p["dot"])) for pk in packs],
                                       dev, reps=7)
-                grid = {"block_n": [32, 64, 128, 256], "block_k": [64, 128, 256], "waves": [1, 2, 4, 8],
+                grid = {"block_n": [64, 128, 256], "block_k": [64, 128, 256], "waves": [2, 4, 8],
                         "num_warps": [2, 4, 8], "num_stages": [2, 3, 4, 5], "dot": [False, True] if M == 1 else [True]}
                 start = {"block_n": DEFAULT.block_n, "block_k": DEFAULT.block_k, "num_warps": DEFAULT.num_warps,
                          "num_stages": DEFAULT.num_stages, "waves": DEFAULT.waves, "dot": M > 1}
@@ -362,8 +362,8 @@ def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadli
                     return time_calls([call(ks, vs, num_splits=S, block_n=p["block_n"], num_warps=p["num_warps"],
                                             num_stages=p["num_stages"], group_bcast=p["bcast"])
                                        for ks, vs in stores], dev, reps=7)
-                grid = {"waves": [2, 4, 8, 16, 32], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
-                        "num_stages": [1, 2, 3, 4], "bcast": [False, True]}
+                grid = {"waves": [2, 4, 8, 16], "block_n": [16, 32, 64], "num_warps": [2, 4, 8],
+                        "num_stages": [1, 2, 3], "bcast": [True, False]}
                 best, best_t, tried = coordinate_search(
                     grid, {"waves": ta.SPLIT_WAVES, "block_n": 64, "num_warps": 4, "num_stages": 2,
                            "bcast": ta.GROUP_BCAST}, evaluate, case_deadline)

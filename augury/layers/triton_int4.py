@@ -13,13 +13,17 @@ Layout, built once at load time by `pack` (`Int4Packed`):
   outputs is BK_W contiguous rows of 4 * BLOCK_N bytes (coalesced 16-byte loads).
 - scale, zero [G, N] in the activation dtype (bf16: what tinygemm stores too).
 
-Per tile, q (0..15) is multiplied as is and the -8 folds into the zero:
-w = q * s + (zero - 8 s). M = 1 runs on CUDA cores, reducing each group of q * x first and
-scaling once per group (y += s * sum(q x) + z' * sum(x)); more rows dequantize the tile
-and run one tensor-core dot. Long K is split over programs (split-K) when N alone cannot
-fill the GPU; partial sums go to a float32 buffer reduced in a fixed order by a second
-kernel (deterministic, no atomics). Launch parameters are functions of (N, K) only, so a
-row's result does not depend on M beyond the M = 1 / M > 1 path switch.
+Per tile, nibble i of every word is turned into float q - 8 with a logic op and an add
+(no int-to-float conversion). M = 1 runs on CUDA cores: each thread accumulates
+sum_i (q_i - 8) x_i per word and applies the word's group scale and zero once per word
+(y += s * sum((q - 8) x) + z * sum(x)); the reduction across words happens once, after the
+K loop. More rows dequantize w = (q - 8) s + z and run 8 tensor-core dots per tile, dot i
+over the columns 8w + i of x and of the weight (a permutation of K inside the tile, so the
+nibbles never need reordering in registers). Long K is split over programs (split-K) when
+N alone cannot fill the GPU; partial sums go to a float32 buffer reduced in a fixed order by
+a second kernel (deterministic, no atomics). Launch parameters depend on (N, K) and on the
+path (M = 1 or not) only, so a row's result does not depend on how many rows share the call
+beyond that switch.
 Written so it also runs under TRITON_INTERPRET=1 on the CPU (tests).
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -86,57 +90,66 @@ def supported(x: torch.Tensor, packed: Int4Packed | None = None) -> bool:
 
 
 @triton.jit
+def _nibble(p, i: tl.constexpr):
+    """Nibble i of each int32 word as float32 q - 8, exactly: or-ing q into the mantissa of
+    2^23 and subtracting (2^23 + 8) replaces an int-to-float conversion (a quarter-rate
+    instruction on Hopper) with a logic op and an add."""
+    f = (((p >> (4 * i)) & 15) | 0x4B000000).to(tl.float32, bitcast=True)
+    return f - 8388616.0
+
+
+@triton.jit
 def _int4_mm_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr,
     M, N, K, KW, G, k_per_split, s_xm, s_ym,
     GS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
 ):
-    GSUB: tl.constexpr = BLOCK_K if BLOCK_K < GS else GS  # columns per group inside a tile
-    GT: tl.constexpr = BLOCK_K // GSUB  # groups per tile
+    BKW: tl.constexpr = BLOCK_K // 8  # packed words (rows of qweight) per tile
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
-    offs_w = tl.arange(0, BLOCK_K // 8)
-    shifts = tl.arange(0, 8) * 4
+    offs_w = tl.arange(0, BKW)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, KW * 8)
     if USE_DOT:
         offs_m = tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
-        acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([BKW, BLOCK_N], dtype=tl.float32)  # reduced over words once, after the loop
     for k0 in range(k_lo, k_hi, BLOCK_K):
         wrow = k0 // 8 + offs_w
-        p = tl.load(w_ptr + wrow[:, None] * N + offs_n[None, :], mask=(wrow < KW)[:, None] & n_ok[None, :],
-                    other=0)  # [BK/8, BN] int32
-        q = (p[:, None, :] >> shifts[None, :, None]) & 15  # [BK/8, 8, BN]: column 8w + i
-        q = tl.reshape(q, [GT, GSUB, BLOCK_N]).to(tl.float32)
-        g = (k0 + tl.arange(0, GT) * GSUB) // GS
-        sz_off = g[:, None] * N + offs_n[None, :]
-        sz_ok = (g < G)[:, None] & n_ok[None, :]
-        s = tl.load(s_ptr + sz_off, mask=sz_ok, other=0.0).to(tl.float32)  # [GT, BN]
-        z = tl.load(z_ptr + sz_off, mask=sz_ok, other=0.0).to(tl.float32) - 8.0 * s
-        offs_k = k0 + tl.arange(0, BLOCK_K)
+        w_ok = (wrow < KW)[:, None] & n_ok[None, :]
+        p = tl.load(w_ptr + wrow[:, None] * N + offs_n[None, :], mask=w_ok, other=0)  # [BKW, BN] int32
+        g = (wrow * 8) // GS  # each word's 8 columns share one group
+        s = tl.load(s_ptr + g[:, None] * N + offs_n[None, :], mask=w_ok, other=0.0).to(tl.float32)
+        z = tl.load(z_ptr + g[:, None] * N + offs_n[None, :], mask=w_ok, other=0.0).to(tl.float32)
+        kcol = k0 + offs_w * 8  # column of nibble 0 of each word
         if USE_DOT:
-            x = tl.load(x_ptr + offs_m[:, None] * s_xm + offs_k[None, :],
-                        mask=(offs_m < M)[:, None] & (offs_k < K)[None, :], other=0.0)  # [BM, BK]
-            w = tl.reshape(q * s[:, None, :] + z[:, None, :], [BLOCK_K, BLOCK_N])
-            if x.dtype == tl.float32:
-                acc += tl.dot(x, w, input_precision="ieee")
-            else:
-                acc += tl.dot(x, w.to(x.dtype))
+            # K permuted inside the tile: dot i takes columns 8w + i of x and of the weight
+            for i in tl.static_range(8):
+                w = _nibble(p, i) * s + z  # [BKW, BN]
+                x = tl.load(x_ptr + offs_m[:, None] * s_xm + (kcol + i)[None, :],
+                            mask=m_ok[:, None] & (kcol + i < K)[None, :], other=0.0)  # [BM, BKW]
+                if x.dtype == tl.float32:
+                    acc += tl.dot(x, w, input_precision="ieee")
+                else:
+                    acc += tl.dot(x, w.to(x.dtype))
         else:
-            x = tl.load(x_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
-            x = tl.reshape(x, [GT, GSUB])
-            qx = tl.sum(q * x[:, :, None], axis=1)  # [GT, BN]
-            acc1 += tl.sum(qx * s + z * tl.sum(x, axis=1)[:, None], axis=0)
+            t = tl.zeros([BKW, BLOCK_N], dtype=tl.float32)
+            xs = tl.zeros([BKW], dtype=tl.float32)
+            for i in tl.static_range(8):
+                x = tl.load(x_ptr + kcol + i, mask=kcol + i < K, other=0.0).to(tl.float32)  # [BKW]
+                t += _nibble(p, i) * x[:, None]
+                xs += x
+            acc2 += t * s + z * xs[:, None]  # sum (q - 8) x * scale + zero * sum x, per word
     if USE_DOT:
         out = acc
         rows = offs_m
     else:
-        out = acc1[None, :]
+        out = tl.sum(acc2, axis=0)[None, :]
         rows = tl.arange(0, 1)
     ok = (rows < M)[:, None] & n_ok[None, :]
     if SPLIT:
@@ -163,8 +176,8 @@ def _sm_count(device: torch.device) -> int:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    block_n: int = 64
-    block_k: int = 128
+    block_n: int = 128
+    block_k: int = 128  # the dot path (M > 1) takes at least 128: 16 words per dot
     num_warps: int = 4
     num_stages: int = 4
     waves: float = 4.0  # split K until the grid covers the GPU this many times over
@@ -193,14 +206,14 @@ def int4_linear(x: torch.Tensor, packed: Int4Packed, bias: torch.Tensor | None =
     kw = packed.qweight.shape[0]
     kp = kw * 8
     gs = packed.group_size
-    block_k = min(cfg.block_k, 256)
-    S = splits or _splits(N, kp, cfg, x.device)
-    k_tiles = -(-kp // block_k)
-    per = -(-k_tiles // S) * block_k
-    S = -(-kp // per)
     dot = (M > 1) if use_dot is None else use_dot
     if M > 1 and not dot:
         raise ValueError("the CUDA-core path takes one row; more rows run the dot path")
+    block_k = max(cfg.block_k, 128) if dot else cfg.block_k  # tl.dot needs K >= 16 words
+    S = splits or _splits(N, kp, replace(cfg, block_k=block_k), x.device)
+    k_tiles = -(-kp // block_k)
+    per = -(-k_tiles // S) * block_k
+    S = -(-kp // per)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     part = torch.empty(S, M, N, dtype=torch.float32, device=x.device) if S > 1 else y
     _int4_mm_kernel[(triton.cdiv(N, cfg.block_n), S)](

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -153,20 +154,38 @@ def _sm_count(device: torch.device) -> int:
 
 
 def num_splits_for(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
-                   waves: int = 4, min_tiles: int = 2) -> int:
+                   waves: float = 2.0, min_tiles: int = 2) -> int:
     """Splits so the grid covers the GPU `waves` times over, each split over >= `min_tiles`
     key tiles. A function of shapes only: the same step always launches the same grid."""
-    target = waves * _sm_count(device)
+    target = int(waves * _sm_count(device))
     want = max(1, -(-target // batch_kv_heads))
     most = max(1, -(-max_kv // (min_tiles * block_n)))
     return min(want, most)
 
 
-def _launch_config(rows: int, d: int) -> tuple[int, int, int]:
-    """(block_n, num_warps, num_stages) for `rows` query rows per program and head dim d."""
-    if rows <= 16:
-        return (64 if d <= 128 else 32), 4, 3
-    return 32, 4, 2
+@dataclass(frozen=True)
+class LaunchConfig:
+    block_n: int  # keys per tile
+    num_warps: int
+    num_stages: int
+    waves: float  # split the context until the grid covers the GPU this many times over
+
+
+def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device) -> LaunchConfig:
+    """Launch parameters from shapes alone (the same step always compiles and launches the same).
+
+    From the H200 sweep (docs/data/kernels-h200.json, llama3-8b shapes, bf16): few programs
+    (B <= 2) want long 128-key tiles and one wave of splits (fewer partials to merge); a full
+    grid (B = 64: 512 programs) runs best at 2 warps, more resident programs per SM."""
+    if rows > 16:  # wide verify windows: the [rows, D] accumulator takes the registers
+        return LaunchConfig(32, 4, 2, 2.0)
+    if batch_kv_heads <= 16:
+        cfg = LaunchConfig(128, 4, 3, 1.0)
+    else:
+        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * _sm_count(device) else 4, 3, 2.0)
+    if d > 128:
+        cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves)
+    return cfg
 
 
 def paged_decode_attention(
@@ -195,9 +214,9 @@ def paged_decode_attention(
         gather_slots = gather_slots.contiguous()
     BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    bn, nw, ns = _launch_config(BLOCK_M, BLOCK_D)
-    block_n = block_n or bn
-    S = num_splits or num_splits_for(B * Hkv, max_kv, block_n, q.device)
+    cfg = launch_config(BLOCK_M, B * Hkv, BLOCK_D, q.device)
+    block_n = block_n or cfg.block_n
+    S = num_splits or num_splits_for(B * Hkv, max_kv, block_n, q.device, waves=cfg.waves)
     split_len = -(-max_kv // S)
     split_len = -(-split_len // block_n) * block_n  # whole tiles per split
     S = -(-max_kv // split_len)
@@ -217,7 +236,7 @@ def paged_decode_attention(
         bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
         REP=rep, D=D, HKV=Hkv, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
-        num_warps=num_warps or nw, num_stages=num_stages or ns,
+        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )
     if S > 1:
         _merge_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
