@@ -82,6 +82,12 @@ def attention_only(cfg: ModelConfig, schemes: list[str], ctx: int, batches: list
         vp = torch.randn(slots, Hkv, D, device=dev, dtype=dt)
         native = _median_ms(lambda: paged_attention(q, k, v, kp, vp, gm, scale, None), iters, dev)
         row = {"batch": B, "ctx": ctx, "native_ms": native}
+        if dev.type == "cuda":  # the Triton paged kernel over the same native pool (not wired into the engine yet)
+            from augury.layers.triton_paged_decode import paged_decode_attention
+
+            qp, bias = q.view(B, 1, H, D), gm.additive_mask(dt)
+            row["native_kernel_ms"] = _median_ms(
+                lambda: paged_decode_attention(qp, kp, vp, gm.gather_slots, bias, scale), iters, dev)
         for name in schemes:
             codec = parse_codec(name)
             codec.bind(D)
@@ -97,6 +103,7 @@ def attention_only(cfg: ModelConfig, schemes: list[str], ctx: int, batches: list
             eager_out = encoded_paged_attention(q, k, v, ks, vs, gm, scale, None)
             eager = _median_ms(lambda: encoded_paged_attention(q, k, v, ks, vs, gm, scale, None), max(3, iters // 4), dev)
             row[name] = {"fused_ms": fused, "eager_ms": eager, "fused_vs_native": native / fused,
+                         "fused_vs_native_kernel": row.get("native_kernel_ms", float("nan")) / fused,
                          "max_abs_diff_fused_vs_eager": float((fused_out.float() - eager_out.float()).abs().max())}
             del ks, vs
             _free(dev)

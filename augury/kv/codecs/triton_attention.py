@@ -66,6 +66,7 @@ def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid, n_ok,
     BCAST (needs BD == NGROUPS * GROUP, NGROUPS a power of two): load each row's group
     scales (and zeros) once as [N, NGROUPS] and broadcast them over the group, instead
     of one gathered load per element."""
+    N: tl.constexpr = slots.shape[0]
     row = slots[:, None] * (HKV * NBYTES) + h * NBYTES  # [N, 1] byte offset of each row
     if BITS == 8:  # one byte per code: a contiguous (vectorized) row load
         code = tl.load(codes_ptr + row + offs_d[None, :], mask=valid, other=0).to(tl.int32)
@@ -73,7 +74,6 @@ def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid, n_ok,
         # 8 codes fill exactly BITS bytes: assemble each run of 8 codes into one little-endian
         # word from BITS byte loads, then split it with shifts. Loads per code: BITS / 8
         # (the per-code byte gathers this replaces cost 1-2 loads and 64-bit address math each).
-        N: tl.constexpr = slots.shape[0]
         G8: tl.constexpr = offs_d.shape[0] // 8
         offs_g = tl.arange(0, G8)
         if BITS <= 4:
@@ -87,7 +87,6 @@ def _decode_tile(codes_ptr, scale_ptr, aux_ptr, slots, h, offs_d, valid, n_ok,
         code = (word[:, :, None] >> (BITS * tl.arange(0, 8))[None, None, :]) & ((1 << BITS) - 1)
         code = tl.reshape(code, [N, G8 * 8]).to(tl.int32)
     if BCAST:
-        N: tl.constexpr = slots.shape[0]
         gs = slots[:, None] * (HKV * NGROUPS) + h * NGROUPS + tl.arange(0, NGROUPS)[None, :]
         sc = tl.load(scale_ptr + gs, mask=n_ok[:, None], other=0.0).to(tl.float32)
         sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [N, NGROUPS, GROUP]), [N, NGROUPS * GROUP])
