@@ -182,11 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kv-budget", default="24GiB")
     ap.add_argument("--only-small", action="store_true", help="only the SmolLM2-shaped rows (and the HF peer)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward (inside the CUDA graphs)")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     reps = 2 if a.quick else 3
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                 "torch": torch.__version__}
+                 "torch": torch.__version__, "compile": a.compile}
     bw = read_bandwidth(dev)
     mm = matmul_rate(dev)
     res["read_bandwidth_GBps"] = bw / 1e9
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for weights in (() if a.only_small else ("native", "int4")):
         e = Engine.from_random(a.shape, device=a.device, dtype="bfloat16", weights=weights, progress=False,
                                max_num_seqs=64, max_num_batched_tokens=4096, kv_budget=a.kv_budget,
-                               max_model_len=4096)
+                               max_model_len=4096, compile=a.compile)
         wb = weight_bytes(e)
         limit = bw / wb
         d1 = decode_rate(e, 1, 1024, 128, reps)
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         del e
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    s = Engine.from_random("smollm2-135m", device=a.device, dtype="bfloat16", progress=False, kv_budget=a.kv_budget)
+    s = Engine.from_random("smollm2-135m", device=a.device, dtype="bfloat16", progress=False, kv_budget=a.kv_budget,
+                           compile=a.compile)
     d = decode_rate(s, 1, 256, 128, reps)
     dn = decode_rate(s, 1, 256, 128, reps, burst=0)
     wb = weight_bytes(s)

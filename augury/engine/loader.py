@@ -51,6 +51,12 @@ def pick_dtype(spec: str, device: torch.device) -> torch.dtype:
     return _DTYPES[spec]
 
 
+def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
+    """--compile: one graph for every step shape (dynamic=True); compute_logits stays eager."""
+    if cfg.compile:
+        model.forward = torch.compile(model.forward, dynamic=True)
+
+
 def load_model(cfg: EngineConfig) -> LoadedModel:
     from augury.models.registry import build_model
 
@@ -74,9 +80,7 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
             if kept:
                 log.info("int4: keeping %.0f MiB of bf16 weight copies for prefill", kept / 2**20)
     model.eval()
-    if cfg.compile:
-        # one graph for every step shape (dynamic=True); compute_logits stays eager
-        model.forward = torch.compile(model.forward, dynamic=True)
+    maybe_compile(model, cfg)
 
     tf = ckpt.tokenizer_files
     if tf["kind"] == "hf_dir":

@@ -57,6 +57,9 @@ def load_random(shape: str | dict, config: EngineConfig) -> LoadedModel:
 
         quantize_model(model, config.weights)
     model.eval()
+    from augury.engine.loader import maybe_compile
+
+    maybe_compile(model, config)
     fp = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
     name = shape if isinstance(shape, str) else "random"
     return LoadedModel(name, model, mcfg, NullTokenizer(mcfg.vocab_size), device, dtype, f"random-{fp}", [], {})
