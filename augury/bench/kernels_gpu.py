@@ -216,7 +216,7 @@ LLAMA8B_LINEARS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 40
 
 def bench_int4(shapes: dict, ms: list[int], gs: int, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
     from augury.layers.quant_linear import Int4Linear, Int4Parts
-    from augury.layers.triton_int4 import DEFAULT, LaunchConfig, int4_linear, pack
+    from augury.layers.triton_int4 import LaunchConfig, default_config, int4_linear, pack
 
     dt = torch.bfloat16
     rows = res.setdefault("int4", [])
@@ -262,8 +262,9 @@ def bench_int4(shapes: dict, ms: list[int], gs: int, dev, bw, sweep: bool, deadl
                                       dev, reps=7)
                 grid = {"block_n": [64, 128, 256], "block_k": [64, 128, 256], "waves": [2, 4, 8],
                         "num_warps": [2, 4, 8], "num_stages": [2, 3, 4, 5], "dot": [False, True] if M == 1 else [True]}
-                start = {"block_n": DEFAULT.block_n, "block_k": DEFAULT.block_k, "num_warps": DEFAULT.num_warps,
-                         "num_stages": DEFAULT.num_stages, "waves": DEFAULT.waves, "dot": M > 1}
+                d = default_config(N, K, M)
+                start = {"block_n": d.block_n, "block_k": d.block_k, "num_warps": d.num_warps,
+                         "num_stages": d.num_stages, "waves": d.waves, "dot": M > 1}
                 best, best_t, tried = coordinate_search(grid, start, evaluate, case_deadline)
                 row["sweep_best"] = best | {"us": best_t, "bw_fraction": wbytes / (best_t * 1e-6) / bw}
                 row["sweep_tried"] = tried
@@ -363,10 +364,11 @@ def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadli
                                             num_stages=p["num_stages"], group_bcast=p["bcast"])
                                        for ks, vs in stores], dev, reps=7)
                 grid = {"waves": [2, 4, 8, 16], "block_n": [16, 32, 64], "num_warps": [2, 4, 8],
-                        "num_stages": [1, 2, 3], "bcast": [True, False]}
+                        "num_stages": [1, 2, 3], "bcast": [True]}
                 best, best_t, tried = coordinate_search(
-                    grid, {"waves": ta.SPLIT_WAVES, "block_n": 64, "num_warps": 4, "num_stages": 2,
-                           "bcast": ta.GROUP_BCAST}, evaluate, case_deadline)
+                    grid, {"waves": ta.SPLIT_WAVES if B * Hkv > 16 else 2.0, "block_n": ta.BLOCK_N,
+                           "num_warps": ta.NUM_WARPS, "num_stages": ta.NUM_STAGES, "bcast": ta.GROUP_BCAST},
+                    evaluate, case_deadline)
                 r["sweep_best"] = best | {"us": best_t, "vs_native_current": cur / best_t}
                 r["sweep_tried"] = tried
             row[name] = r
@@ -390,11 +392,14 @@ def _free(dev: torch.device) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SWEEP_CASE_S
     ap = argparse.ArgumentParser(prog="python -m augury.bench.kernels_gpu")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     ap.add_argument("--parts", default="attention,int4,encoded")
     ap.add_argument("--sweep", action="store_true", help="also search launch parameters per case")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop sweeping after this many seconds")
+    ap.add_argument("--sweep-parts", default="attention,int4,encoded", help="which parts --sweep searches")
+    ap.add_argument("--sweep-case-s", type=float, default=SWEEP_CASE_S, help="sweep seconds per case")
     ap.add_argument("--schemes", default="turbo,turbo:rk4v3,affine4")
     ap.add_argument("--tiny", action="store_true", help="small shapes: a dry run of the script (CPU interpreter)")
     ap.add_argument("--device", default="cuda")
@@ -426,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     res["read_bandwidth_GBps"] = bw / 1e9
     _log(f"read bandwidth {bw / 1e9:.0f} GB/s")
     parts = set(a.parts.split(","))
+    swept = set(a.sweep_parts.split(",")) if a.sweep else set()
+    SWEEP_CASE_S = a.sweep_case_s
     if a.tiny:
         H, Hkv, D = 4, 2, 64
         att_cases = [(2, 40, 1), (1, 40, 4)]
@@ -438,12 +445,12 @@ def main(argv: list[str] | None = None) -> int:
         ms, batches, ctx = [1, 4, 16], [1, 8], 8192
     res["shape"] = {"heads": H, "kv_heads": Hkv, "head_dim": D}
     if "attention" in parts:
-        bench_attention(att_cases, H, Hkv, D, dev, bw, a.sweep, deadline, res, save)
+        bench_attention(att_cases, H, Hkv, D, dev, bw, "attention" in swept, deadline, res, save)
     if "int4" in parts:
-        bench_int4(shapes, ms, 32, dev, bw, a.sweep, deadline, res, save)
+        bench_int4(shapes, ms, 32, dev, bw, "int4" in swept, deadline, res, save)
         res["int4_model_step"] = int4_model_estimate(res["int4"])
     if "encoded" in parts:
-        bench_encoded([s for s in a.schemes.split(",") if s], batches, ctx, H, Hkv, D, dev, bw, a.sweep, deadline,
+        bench_encoded([s for s in a.schemes.split(",") if s], batches, ctx, H, Hkv, D, dev, bw, "encoded" in swept, deadline,
                       res, save)
     res["total_s"] = time.perf_counter() - t0
     save()

@@ -187,6 +187,16 @@ class LaunchConfig:
 DEFAULT = LaunchConfig()
 
 
+def default_config(n: int, k: int, rows: int) -> LaunchConfig:
+    """Launch parameters from (N, K) and the path (rows == 1 or not), as swept on the H200
+    (docs/data/kernels-h200.json, llama3-8b linears): the timings were flat in num_stages and
+    best with many programs (8 waves) on the one-row path; wide N takes wider tiles."""
+    wide = n >= 16384
+    if rows == 1:
+        return LaunchConfig(block_n=128 if wide else 64, block_k=128, num_warps=4, num_stages=4, waves=8)
+    return LaunchConfig(block_n=256 if wide else 128, block_k=128, num_warps=4, num_stages=3, waves=2 if wide else 4)
+
+
 def _splits(n: int, kp: int, cfg: LaunchConfig, device: torch.device) -> int:
     """Split-K factor from (N, K) alone: the same layer always launches the same grid."""
     n_tiles = -(-n // cfg.block_n)
@@ -196,13 +206,14 @@ def _splits(n: int, kp: int, cfg: LaunchConfig, device: torch.device) -> int:
 
 
 def int4_linear(x: torch.Tensor, packed: Int4Packed, bias: torch.Tensor | None = None,
-                cfg: LaunchConfig = DEFAULT, use_dot: bool | None = None, splits: int | None = None) -> torch.Tensor:
+                cfg: LaunchConfig | None = None, use_dot: bool | None = None, splits: int | None = None) -> torch.Tensor:
     """x [..., K] -> [..., N] in x's dtype; rows <= MAX_ROWS (see `supported`)."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, packed.k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     M, N = x2.shape[0], packed.n
+    cfg = cfg or default_config(N, packed.k, M)
     kw = packed.qweight.shape[0]
     kp = kw * 8
     gs = packed.group_size

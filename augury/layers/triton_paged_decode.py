@@ -177,8 +177,8 @@ def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device) 
     From the H200 sweep (docs/data/kernels-h200.json, llama3-8b shapes, bf16): few programs
     (B <= 2) want long 128-key tiles and one wave of splits (fewer partials to merge); a full
     grid (B = 64: 512 programs) runs best at 2 warps, more resident programs per SM."""
-    if rows > 16:  # wide verify windows: the [rows, D] accumulator takes the registers
-        return LaunchConfig(32, 4, 2, 2.0)
+    if rows > 16:  # wide verify windows (16 rows x 4 heads swept at B = 1: 128-key tiles, one wave)
+        return LaunchConfig(128, 4, 3, 1.0) if batch_kv_heads <= 16 else LaunchConfig(64, 4, 3, 2.0)
     if batch_kv_heads <= 16:
         cfg = LaunchConfig(128, 4, 3, 1.0)
     else:

@@ -184,12 +184,16 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-# Grid sizing, measured on the H200 (docs/data/kernels-h200.json): the decode of each tile is
-# ALU/load-instruction bound, not HBM bound, so more programs in flight per SM (more splits)
-# hide the gathered loads better than long serial loops over the context. The old choice
-# (2 waves, >= 4 tiles per split) left B=8 at 8k with 5 splits of 26 tiles each.
-SPLIT_WAVES = 4
+# Launch parameters, from the H200 sweeps (docs/data/kernels-h200.json, llama3-8b shapes, 8k):
+# decoding a tile costs registers and ALU more than bytes, so short tiles, no software
+# pipelining and many programs in flight (more splits) beat long serial loops over the
+# context. The old choice (2 waves, >= 4 tiles of 64 keys per split, 3 stages) left B=8 at
+# 8k with 5 splits of 26 tiles each.
+SPLIT_WAVES = 8.0  # when batch x kv heads > 16; 2 below (fewer partials to merge at B = 1-2)
 SPLIT_MIN_TILES = 2
+BLOCK_N = 32
+NUM_WARPS = 4
+NUM_STAGES = 1
 GROUP_BCAST = True  # see _decode_tile; measured faster on the H200 for every scheme swept
 
 
@@ -212,10 +216,10 @@ def encoded_decode_attention(
     scale: float,
     softcap: float | None = None,
     num_splits: int | None = None,
-    block_n: int = 64,
-    num_warps: int = 4,
-    num_stages: int = 2,
-    waves: float = SPLIT_WAVES,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    waves: float | None = None,
     group_bcast: bool | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype (in the value codec's basis: un-rotate outside)."""
@@ -230,6 +234,11 @@ def encoded_decode_attention(
         bias = bias.contiguous()
     BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
     BLOCK_D = max(16, triton.next_power_of_2(D))
+    block_n = block_n or BLOCK_N
+    num_warps = num_warps or NUM_WARPS
+    num_stages = num_stages or NUM_STAGES
+    if waves is None:
+        waves = SPLIT_WAVES if B * Hkv > 16 else 2.0
     S = num_splits or _num_splits(B * Hkv, max_kv, block_n, q.device, waves)
     split_len = -(-max_kv // S)
     split_len = -(-split_len // block_n) * block_n  # whole tiles per split
