@@ -33,3 +33,52 @@ def attend_decode_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "G
         s.add_(gmeta.additive_mask(q.dtype))  # [B, 1, 1, max_kv] broadcasts over heads
     p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
     return torch.matmul(p, vc).view(B, H, D)
+
+
+def _row_plan(gmeta: "GroupAttnMeta") -> list[tuple[int, int, int]]:
+    """(flat row, request, visible key count) per real query row, read once per step from the
+    mask (host copy cached on the metadata: every layer of the group shares it)."""
+    plan = getattr(gmeta, "_row_plan", None)
+    if plan is None:
+        B, Q = gmeta.num_seqs, gmeta.max_q
+        lens = gmeta.mask[:, 0].sum(-1).tolist()  # [B][Q]: causal prefix length of each padded row
+        slots = gmeta.out_index.tolist() if gmeta.out_index is not None else range(B * Q)
+        plan = [(t, s // Q, int(lens[s // Q][s % Q])) for t, s in enumerate(slots)]
+        gmeta._row_plan = plan
+    return plan
+
+
+def attend_rows_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "GroupAttnMeta",
+                    scale: float) -> torch.Tensor:
+    """Full-attention rows, each computed exactly as a one-token decode step computes it: q [T, H, D] -> [T, H, D].
+
+    Batch invariance: row j of a verify window (or of a batch) attends to its own causal prefix
+    of L keys through matmuls of the same shapes, strides and alignment as `attend_decode_cpu`
+    on a step where that row is alone (keys [0, L) read unpadded, dense) — so the bits match.
+    A padded formulation cannot promise that: BLAS kernels regroup a dot product's terms when
+    the row count, batch count or contraction length changes (measured: MKL sgemm rows differ
+    once M or the batch grows), and SDPA blocks its online softmax by both lengths.
+    Costs ~4 small ops per row instead of one SDPA call per segment: meant for verify windows
+    (a few rows), not prefill. Sliding windows are not covered (their first gathered block
+    depends on the step's first token, so a row's key range shifts with the window)."""
+    if gmeta.window is not None:
+        raise ValueError("attend_rows_cpu is for full-attention layers")
+    T, H, D = q.shape
+    B = gmeta.num_seqs
+    flat = gmeta.gather_slots.view(-1)
+    kc = read_k(flat)
+    vc = read_v(flat)
+    Hkv = kc.shape[1]
+    if kc.dtype != q.dtype:
+        kc, vc = kc.to(q.dtype), vc.to(q.dtype)
+    kc = kc.view(B, -1, Hkv, D)
+    vc = vc.view(B, -1, Hkv, D)
+    rows = []
+    for t, b, n in _row_plan(gmeta):
+        k = kc[b:b + 1, :n].permute(0, 2, 3, 1)  # [1, Hkv, D, n], the decode path's layout
+        v = vc[b:b + 1, :n].transpose(1, 2)  # [1, Hkv, n, D]
+        s = torch.matmul(q[t:t + 1].view(1, Hkv, H // Hkv, D), k).mul_(scale)
+        p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else \
+            torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
+        rows.append(torch.matmul(p, v).view(1, H, D))
+    return torch.cat(rows)

@@ -303,3 +303,24 @@ def test_keep_dense_copies_budget_and_lm_head():
     assert keep_dense_copies(model, max_bytes=100) == 0 and model.proj.dense_weight is None
     assert keep_dense_copies(model) == 32 * 64 * 2
     assert model.proj.dense_weight is not None and model.lm_head.dense_weight is None
+
+
+@pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
+@pytest.mark.parametrize("k, n", [(576, 960), (576, 3072), (1536, 576), (100, 50)])
+def test_kernel_rows_are_batch_invariant(cls, k, n):
+    """Below the dense switch a row's output is bitwise the same alone and inside an M-row call
+    (1 and 2 threads): a verify window (1 + drafts rows) or a batch then sees exactly the linear
+    outputs a one-token decode step sees. The many-row dense path is a different rounding, so
+    every M tested here stays below dense_min_rows (verify windows must too, see INT4_DENSE_MIN_ROWS)."""
+    m = cls.from_linear(_linear(k, n, bias=False))
+    m.keep_dense_copy() if cls is Int4Linear else None
+    x = torch.randn(m.dense_min_rows - 1, k, generator=torch.Generator().manual_seed(1))
+    threads = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            alone = torch.cat([m(x[i:i + 1]) for i in range(x.shape[0])])
+            for rows in range(2, x.shape[0] + 1):
+                assert torch.equal(m(x[:rows]), alone[:rows]), f"{rows} rows, {t} threads"
+    finally:
+        torch.set_num_threads(threads)
