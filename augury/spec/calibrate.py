@@ -2,9 +2,9 @@
 
 At start-up (only when speculation is configured) the engine times forwards of
 T tokens (one request: a decode token plus T-1 draft slots after a 64-token
-context) for T in 1..64. The draft policy reads the marginal cost of one more
-token relative to a plain decode step at the current batch size from that curve:
-where it exceeds the chance the next draft is accepted, drafting stops paying.
+context) for T in 1..64. The draft policy reads from that curve what a verify step of
+1 + n tokens per request costs relative to a plain decode step at the current batch size,
+and picks the n with the best expected tokens per unit of time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 
 from augury.layers.attention import SeqSpec, build_attention_metadata
 
-SIZES = (1, 2, 4, 8, 16, 32, 64)
+# dense at verify sizes: the CPU int4 kernel works in tiles of 4 rows, so its cost steps at 5 and 9
+SIZES = (1, 2, 3, 4, 5, 8, 9, 12, 16, 32, 64)
 CONTEXT = 64
 CALIB_ID = "__spec_calibration__"
 

@@ -28,11 +28,18 @@ from augury.spec.verify import verify_greedy, verify_sampling
 
 @dataclass
 class DraftPolicy:
-    """How many drafts to ask for. Draft position i (1-based) is worth verifying while
-    the chance it is reached and accepted, α^i (α = the request's recent acceptance
-    rate), exceeds what one more verify token costs relative to a plain decode step
-    at this batch size. That cost comes from `curve`, measured at engine start
-    (`spec/calibrate.py`); without a curve a fixed `marginal_cost` per request is used."""
+    """How many drafts to ask for: the n that maximizes expected tokens per unit of step time.
+
+    With α the request's recent acceptance rate, a round of n drafts emits 1 + α + ... + α^n
+    tokens on average (the verifier's own token plus each draft reached and accepted) and costs
+    the forward of (1 + n) tokens per request, where a plain decode step emits 1 token for the
+    cost of one. The cost comes from `curve`, measured at engine start (`spec/calibrate.py`);
+    without a curve each draft adds a fixed `marginal_cost` per request in the batch.
+
+    Why not "draft while α^i exceeds the marginal cost": that stops where one more draft
+    stops paying for itself in plain-decode units, but while speculation is ahead every
+    unit of step time is already worth more than one token, so it over-drafts exactly
+    when verify windows get expensive (the CPU int4 kernel's cost grows with rows)."""
 
     max_draft: int = 10
     adaptive: bool = True
@@ -45,16 +52,22 @@ class DraftPolicy:
         if not self.adaptive:
             return k
         a = min(max(req.spec_alpha, 0.05), 0.98)
-        n = 0  # zero drafts when even the first does not pay
-        while n < k and a ** (n + 1) > self._cost(batch_size, n):
-            n += 1
-        return n
+        best_n, best, tokens, reach = 0, 1.0, 1.0, 1.0  # n = 0: a plain step, 1 token per unit cost
+        for n in range(1, k + 1):
+            reach *= a
+            tokens += reach
+            rate = tokens / self._relative_cost(batch_size, n)
+            if rate > best * (1 + 1e-9):  # ties go to fewer drafts (less KV churn)
+                best_n, best = n, rate
+        return best_n
 
-    def _cost(self, batch_size: int, n: int) -> float:
+    def _relative_cost(self, batch_size: int, n: int) -> float:
+        """Step time with n drafts per request over a plain decode step's, same batch size."""
+        b = max(1, batch_size)
         if self.curve is None:
-            return min(0.95, self.marginal_cost * max(1, batch_size))
+            return 1.0 + n * min(0.95, self.marginal_cost * b)
         # other requests are assumed to draft about as much as this one
-        return self.curve.marginal(batch_size * (1 + n), batch_size)
+        return self.curve.cost(b * (1 + n)) / max(self.curve.cost(b), 1e-9)
 
     def update(self, req: Request, drafted: int, accepted: int) -> None:
         if drafted:

@@ -39,3 +39,21 @@ def test_acceptance_ema_and_fixed_mode():
     assert p.length(r, 32) == 6
     p.update(r, 4, 0)
     assert r.spec_alpha < 0.7
+
+
+def test_draft_length_maximizes_expected_tokens_per_step_time():
+    """Brute force over n: the policy's choice has the best (1 + α + ... + α^n) / cost(1 + n)."""
+    curve = StepCostCurve((1, 2, 3, 4, 5, 8, 9, 12, 16), (1.0, 1.3, 1.6, 1.9, 2.6, 3.5, 4.2, 5.1, 6.4))
+    p = DraftPolicy(max_draft=10, curve=curve)
+    for alpha in (0.2, 0.5, 0.7, 0.8, 0.9, 0.95):
+        def rate(n):
+            return sum(alpha ** i for i in range(n + 1)) / curve.cost(1 + n)
+        best = max(range(11), key=lambda n: (rate(n), -n))
+        assert p.length(req(alpha), 1) == best, alpha
+
+
+def test_no_over_drafting_when_each_row_costs_a_third_of_a_step():
+    """α = 0.8, +0.35 of a decode step per verify row: the 4th draft (0.8^4 = 0.41 > 0.35) pays
+    for itself in decode-step units but lowers tokens per second (3.36/2.4 < 2.95/2.05)."""
+    curve = StepCostCurve((1, 64), (1.0, 1.0 + 0.35 * 63))
+    assert DraftPolicy(max_draft=10, curve=curve).length(req(0.8), 1) == 3
