@@ -190,11 +190,14 @@ DEFAULT = LaunchConfig()
 def default_config(n: int, k: int, rows: int) -> LaunchConfig:
     """Launch parameters from (N, K) and the path (rows == 1 or not), as swept on the H200
     (docs/data/kernels-h200.json, llama3-8b linears): the timings were flat in num_stages and
-    best with many programs (8 waves) on the one-row path; wide N takes wider tiles."""
+    best with many programs on the one-row path; wide N takes wider tiles."""
     wide = n >= 16384
     if rows == 1:
-        return LaunchConfig(block_n=128 if wide else 64, block_k=128, num_warps=4, num_stages=4, waves=8)
-    return LaunchConfig(block_n=256 if wide else 128, block_k=128, num_warps=4, num_stages=3, waves=2 if wide else 4)
+        return LaunchConfig(block_n=128 if wide else 64, block_k=128, num_warps=4, num_stages=4,
+                            waves=8 if k <= 8192 else 4)
+    if wide:
+        return LaunchConfig(block_n=256, block_k=128, num_warps=4, num_stages=3, waves=2)
+    return LaunchConfig(block_n=128, block_k=128, num_warps=4, num_stages=4, waves=4)
 
 
 def _splits(n: int, kp: int, cfg: LaunchConfig, device: torch.device) -> int:
