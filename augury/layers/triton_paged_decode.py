@@ -242,3 +242,31 @@ def paged_decode_attention(
         _merge_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
                                 HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
     return out
+
+
+def attend_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta, scale: float,
+                 softcap: float | None) -> torch.Tensor:
+    """Drop-in for `augury.layers.attention.attend` over a plain pool: q [T, H, D] -> [T, H, D].
+
+    Per segment of the step (GroupAttnMeta.parts: decodes apart from verify windows), the
+    kernel where `supported` takes the width; wider segments (prefill chunks) keep the
+    gather + SDPA path. The additive mask is read, not rebuilt (CUDA graphs refill it)."""
+    if gmeta.parts is None:
+        return _attend_segment(q, k_pool, v_pool, gmeta, scale, softcap)
+    return torch.cat([_attend_segment(q[lo:hi], k_pool, v_pool, part, scale, softcap)
+                      for lo, hi, part in gmeta.parts])
+
+
+def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gm, scale: float,
+                    softcap: float | None) -> torch.Tensor:
+    T, H, D = q.shape
+    B, max_q = gm.num_seqs, gm.max_q
+    if not supported(q, k_pool, max_q):
+        from augury.layers.attention import attend  # that module imports this one lazily
+
+        return attend(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gm, scale,
+                      softcap)
+    qp = q.view(B, max_q, H, D) if gm.q_index is None else q.index_select(0, gm.q_index).view(B, max_q, H, D)
+    o = paged_decode_attention(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
+    o = o.reshape(B * max_q, H, D)
+    return o if gm.out_index is None else o.index_select(0, gm.out_index)

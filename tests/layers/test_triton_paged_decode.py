@@ -158,6 +158,34 @@ def test_bf16_8b_shape_and_graph_capture():
     torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
 
 
+@here
+def test_attend_paged_matches_attend_on_mixed_steps():
+    """The drop-in wiring (segments, padded rows, a prefill-wide segment left to SDPA) equals `attend`."""
+    from augury.layers.attention import attend
+    from augury.layers.triton_paged_decode import attend_paged
+
+    def both(lens, seed, kernel_parts):
+        q4, kp, vp, gm = _case(lens, seed=seed, num_blocks=40)
+        assert gm.parts is not None and gm.q_index is not None
+        assert [supported(q4, kp, part.max_q) for _, _, part in gm.parts] == kernel_parts
+        T = sum(n for _, n in lens)
+        q = torch.randn(T, q4.shape[2], q4.shape[3], generator=torch.Generator().manual_seed(seed + 1)).to(DEV)
+        got = attend_paged(q, kp, vp, gm, 0.125, None)
+        ref = attend(q, lambda s: kp.index_select(0, s), lambda s: vp.index_select(0, s), gm, 0.125, None)
+        assert got.shape == (T, q.shape[1], q.shape[2])
+        torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
+
+    # decodes, then verify windows of different widths (padded rows): both segments in the kernel
+    both([(17, 1), (30, 1), (12, 4), (5, 2)], 7, [True, True])
+    # a 40-token prefill chunk: 40 rows x 2 heads > MAX_QUERY_ROWS, that segment keeps gather + SDPA
+    both([(3, 1), (0, 40), (6, 3)], 8, [True, False])
+    # the decode-only step (one segment, no padding) too
+    q4, kp, vp, gm = _case([(9, 1), (33, 1)], seed=9)
+    q = q4.reshape(2, q4.shape[2], q4.shape[3])
+    ref = attend(q, lambda s: kp.index_select(0, s), lambda s: vp.index_select(0, s), gm, 0.125, None)
+    torch.testing.assert_close(attend_paged(q, kp, vp, gm, 0.125, None), ref, atol=2e-4, rtol=2e-4)
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     env = dict(os.environ, TRITON_INTERPRET="1")
