@@ -176,7 +176,7 @@ def test_attend_paged_matches_attend_on_mixed_steps():
         torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
 
     # decodes, then verify windows of different widths (padded rows): both segments in the kernel
-    both([(17, 1), (30, 1), (12, 4), (5, 2)], 7, [True, True])
+    both([(17, 1), (30, 1), (12, 2), (5, 4), (8, 3)], 7, [True, True])
     # a 40-token prefill chunk: 40 rows x 2 heads > MAX_QUERY_ROWS, that segment keeps gather + SDPA
     both([(3, 1), (0, 40), (6, 3)], 8, [True, False])
     # the decode-only step (one segment, no padding) too
