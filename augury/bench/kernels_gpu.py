@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schemes", default="turbo,turbo:rk4v3,affine4")
     ap.add_argument("--tiny", action="store_true", help="small shapes: a dry run of the script (CPU interpreter)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--revision", default="", help="the source revision to record (default: git HEAD, as git_head)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     deadline = t0 + a.budget_s
@@ -416,13 +417,16 @@ def main(argv: list[str] | None = None) -> int:
 
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
                  "torch": torch.__version__, "triton": triton.__version__, "sweep": a.sweep}
-    try:
-        import subprocess
+    if a.revision:
+        res["revision"] = a.revision
+    else:  # a copied tree may carry a stale .git (seen on the device machine): pass --revision there
+        try:
+            import subprocess
 
-        res["revision"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                         text=True).stdout.strip()
-    except OSError:
-        pass
+            res["git_head"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                             text=True).stdout.strip()
+        except OSError:
+            pass
 
     def save() -> None:
         (out / "kernels_gpu.json").write_text(json.dumps(res, indent=1))
