@@ -1,8 +1,11 @@
 """Int4 weight-only matmul for few rows (decode M = 1, verify windows M <= 16), in Triton.
 
-tinygemm (`_weight_int4pack_mm`) reaches about a quarter of HBM bandwidth at M = 1 on
-the H200; at small M the op is a weight stream, so the kernel here is built around
-reading the packed weight once, coalesced, and keeping the dequantize arithmetic small.
+At small M the op is a weight stream, so the kernel here is built around reading the
+packed weight once, coalesced, and keeping the dequantize arithmetic small. Measured on
+the H200 (docs/data/kernels-h200.json, llama3-8b linears, group 32): at M = 16 it is
+1.4-2.0x faster than tinygemm (`_weight_int4pack_mm`, whose cost grows with M); at M = 4
+0.7-0.8x and at M = 1 0.67-0.92x of tinygemm (22-41% of HBM bandwidth, tinygemm 32-47%):
+decode (M = 1) should stay on tinygemm until this path is faster there.
 
 Convention (tinygemm's, as in `augury.layers.quant_linear`): w = (q - 8) * scale + zero,
 q in 0..15, one (scale, zero) per `group_size` input columns of an output row.
