@@ -13,6 +13,7 @@ tensor ops per layer: write K/V, gather, one SDPA call for the whole batch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -288,8 +289,22 @@ def paged_attention(
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
+    if q.is_cuda and (kernels := _paged_kernel()) is not None:
+        # decode and verify segments read the pool in place (no gathered K/V copy); wide
+        # segments (prefill chunks) keep gather + SDPA inside attend_paged
+        return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap)
     return attend(q, lambda slots: k_pool.index_select(0, slots), lambda slots: v_pool.index_select(0, slots),
                   gmeta, scale, softcap)
+
+
+@functools.lru_cache(maxsize=1)
+def _paged_kernel():
+    """The Triton paged decode-attention module, or None where triton cannot be used."""
+    try:
+        from augury.layers import triton_paged_decode
+    except Exception:  # no triton, or one that cannot build here: gather + SDPA serves
+        return None
+    return triton_paged_decode
 
 
 Reader = Callable[[torch.Tensor], torch.Tensor]  # flat slots [S] -> rows [S, Hkv, D]
