@@ -243,6 +243,14 @@ def _take_rows(x: Tensor, idx: list[int], n: int) -> Tensor:
     return x if len(idx) == n else x.index_select(0, torch.tensor(idx, device=x.device))
 
 
+def greedy_tokens(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
+    """All rows greedy: the token each would emit, [N] long — the argmax of
+    `processed_logprobs` without building its [N, V] one-hot rows (the verify hot path)."""
+    if any(not r.params.greedy for r in rows):
+        raise ValueError("greedy_tokens takes greedy rows only")
+    return _adjusted_logits(logits, rows).argmax(dim=-1)
+
+
 def processed_logprobs(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
     """The distribution each row is actually sampled from, as log-probs. logits [N, V]
     -> [N, V] float32, -inf outside the support; a greedy row is one-hot at its argmax

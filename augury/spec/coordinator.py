@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from augury.engine.request import Request
-from augury.engine.sampler import SamplingRow, processed_logprobs
+from augury.engine.sampler import SamplingRow, greedy_tokens, processed_logprobs
 from augury.engine.scheduler import ScheduledSeq
 from augury.engine.types import TokenLogprob
 from augury.spec.base import DraftSource, SpecStats
@@ -115,11 +115,15 @@ class SpecCoordinator:
             return {}
         sel = torch.cat([logits[r:r + k + 1] for _, r, k in spans]) if len(spans) > 1 else \
             logits[spans[0][1]:spans[0][1] + spans[0][2] + 1]
-        logp = processed_logprobs(sel, rows)
+        # all greedy: argmax only, no [rows, vocab] one-hot distributions to build and re-scan
+        if all(seqs[i].request.generator is None for i, _, _ in spans) and all(r.params.greedy for r in rows):
+            logp, greedy_ids = None, greedy_tokens(sel, rows).tolist()
+        else:
+            logp = processed_logprobs(sel, rows)
+            greedy_ids = logp.argmax(dim=-1).tolist()
         raw = torch.log_softmax(sel.float(), dim=-1) if want_logprobs else None
         out = {}
         off = 0
-        greedy_ids = logp.argmax(dim=-1).tolist()
         for i, _, k in spans:
             req = seqs[i].request
             d = req.draft_ids[:k]

@@ -63,3 +63,24 @@ def test_ngram_lookup_takes_latest_longest_match():
     assert lookup(t, 1, 4, 2) == [5, 6]  # "1 2 3" last seen before position 8
     assert lookup(np.array([7, 8, 9]), 1, 3, 4) == []
     assert lookup(np.array([4, 5, 4]), 1, 3, 3) == [5, 4]
+
+
+def test_greedy_tokens_match_processed_logprobs_argmax():
+    """The verify fast path (argmax only) picks what the one-hot processed rows pick,
+    with bias and penalties applied; sampled rows are refused."""
+    import pytest
+
+    from augury.engine.sampler import SamplingRow, greedy_tokens, processed_logprobs
+    from augury.engine.types import SamplingParams
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g)
+    logits[2, 7] = logits[2, 9] = logits[2].max() + 1  # a tie: both take the first index
+    plain = SamplingParams(temperature=0.0)
+    shaped = SamplingParams(temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5, logit_bias={3: 5.0})
+    rows = [SamplingRow(params=p, prompt_ids=[1, 2, 3], output_ids=list(range(i)), generator=None)
+            for i, p in enumerate([plain, shaped] * 3)]
+    want = processed_logprobs(logits, rows).argmax(dim=-1)
+    assert torch.equal(greedy_tokens(logits, rows), want)
+    with pytest.raises(ValueError):
+        greedy_tokens(logits, [SamplingRow(SamplingParams(temperature=1.0), [], [], make_generator(1))])
