@@ -71,14 +71,14 @@ def attend_rows_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "Gro
     Hkv = kc.shape[1]
     if kc.dtype != q.dtype:
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
-    kc = kc.view(B, -1, Hkv, D)
-    vc = vc.view(B, -1, Hkv, D)
+    # the decode path's layouts, made once: per row only the key count is narrowed
+    kc = kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1)  # [B, Hkv, D, max_kv]
+    vc = vc.view(B, -1, Hkv, D).transpose(1, 2)  # [B, Hkv, max_kv, D]
+    qg = q.view(T, 1, Hkv, H // Hkv, D)
     rows = []
     for t, b, n in _row_plan(gmeta):
-        k = kc[b:b + 1, :n].permute(0, 2, 3, 1)  # [1, Hkv, D, n], the decode path's layout
-        v = vc[b:b + 1, :n].transpose(1, 2)  # [1, Hkv, n, D]
-        s = torch.matmul(q[t:t + 1].view(1, Hkv, H // Hkv, D), k).mul_(scale)
+        s = torch.matmul(qg[t], kc[b:b + 1, :, :, :n]).mul_(scale)  # [1, Hkv, rep, n]
         p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else \
             torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
-        rows.append(torch.matmul(p, v).view(1, H, D))
-    return torch.cat(rows)
+        rows.append(torch.matmul(p, vc[b:b + 1, :, :n]))
+    return torch.cat(rows).view(T, H, D)
