@@ -21,6 +21,10 @@ from augury.engine.request import Request
 from augury.engine.scheduler import SchedulerOutput
 
 AUTO_BURST_CUDA = 8  # steps per burst when --decode-burst is auto on a CUDA-graph engine
+# Bursts pay off while the host step is the bottleneck, i.e. at small batches: on the H200,
+# 8B B=1 163 -> 174 tok/s and SmolLM2 B=1 392 -> 520 with bursts, but 8B B=64 4578 -> 3680
+# and SmolLM2 B=16 5439 -> 4727 (docs/data/roofline-h200-burst-paged.json). Larger steps run one at a time.
+MAX_BURST_BATCH = 4
 
 
 def burst_eligible(req: Request) -> bool:
@@ -37,7 +41,7 @@ def burst_length(sched: SchedulerOutput, max_steps: int, max_model_len: int, que
     preempted, and every scheduled request decodes one token and is eligible; never past
     any request's max_tokens or the context window, so no token is computed that a
     normal step would not compute for a request that keeps running."""
-    if max_steps < 2 or not queue_empty or sched.preempted or not sched.seqs:
+    if max_steps < 2 or not queue_empty or sched.preempted or not sched.seqs or len(sched.seqs) > MAX_BURST_BATCH:
         return 0
     n = max_steps
     for s in sched.seqs:

@@ -289,7 +289,9 @@ def paged_attention(
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
-    if q.is_cuda and (kernels := _paged_kernel()) is not None:
+    # (not while torch.compile traces: dynamo cannot trace the launcher; the compiled
+    # graph fuses gather + SDPA instead)
+    if q.is_cuda and not torch.compiler.is_compiling() and (kernels := _paged_kernel()) is not None:
         # decode and verify segments read the pool in place (no gathered K/V copy); wide
         # segments (prefill chunks) keep gather + SDPA inside attend_paged
         return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap)
