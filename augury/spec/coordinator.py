@@ -70,8 +70,13 @@ class DraftPolicy:
         return self.curve.cost(b * (1 + n)) / max(self.curve.cost(b), 1e-9)
 
     def update(self, req: Request, drafted: int, accepted: int) -> None:
+        """α is the chance one more draft is accepted given the ones before it were. A round
+        tests positions only up to the first rejection: `accepted` successes in `accepted + 1`
+        trials (or `accepted` trials when all passed). accepted / drafted would count the
+        positions after a rejection as failures too and make long drafts look bad."""
         if drafted:
-            req.spec_alpha = (1 - self.ema) * req.spec_alpha + self.ema * (accepted / drafted)
+            trials = accepted + (1 if accepted < drafted else 0)
+            req.spec_alpha = (1 - self.ema) * req.spec_alpha + self.ema * (accepted / trials)
 
 
 class SpecCoordinator:

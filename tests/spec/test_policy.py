@@ -57,3 +57,17 @@ def test_no_over_drafting_when_each_row_costs_a_third_of_a_step():
     for itself in decode-step units but lowers tokens per second (3.36/2.4 < 2.95/2.05)."""
     curve = StepCostCurve((1, 64), (1.0, 1.0 + 0.35 * 63))
     assert DraftPolicy(max_draft=10, curve=curve).length(req(0.8), 1) == 3
+
+
+def test_acceptance_counts_only_the_positions_a_round_tested():
+    """10 drafted, 3 accepted: positions 1-3 passed, 4 failed, 5-10 were never tested -> 3/4."""
+    p = DraftPolicy(ema=1.0)
+    r = req(0.5)
+    p.update(r, 10, 3)
+    assert abs(r.spec_alpha - 0.75) < 1e-12
+    p.update(r, 4, 4)  # all accepted: 4 successes in 4 trials
+    assert r.spec_alpha == 1.0
+    p.update(r, 5, 0)
+    assert r.spec_alpha == 0.0
+    p.update(r, 0, 0)  # nothing drafted: nothing learned
+    assert r.spec_alpha == 0.0
