@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from augury.layers.triton_splitkv import merge_splits_kernel, partials, split_plan
+
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -122,34 +124,6 @@ def _paged_decode_kernel(
         tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
-def _merge_kernel(
-    acc_ptr, m_ptr, l_ptr, o_ptr, num_splits, max_q, s_ob, s_oj, s_oh,
-    HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Partials of one (request, kv head) -> its rows of o [B, max_q, H, D], in o's dtype."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    base = (b * HKV + h) * num_splits
-    mx = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
-    for sp in range(0, num_splits):
-        mx = tl.maximum(mx, tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m))
-    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for sp in range(0, num_splits):
-        w = tl.exp(tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m) - mx)  # a split with no visible key weighs 0
-        den += w * tl.load(l_ptr + (base + sp) * BLOCK_M + offs_m)
-        num += w[:, None] * tl.load(acc_ptr + ((base + sp) * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :])
-    o = num / tl.maximum(den, 1.0e-30)[:, None]
-    j = offs_m // REP
-    head = h * REP + offs_m % REP
-    ok = (offs_m < max_q * REP)[:, None] & (offs_d < D)[None, :]
-    tl.store(o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :],
-             o.to(o_ptr.dtype.element_ty), mask=ok)
-
-
 @functools.lru_cache(maxsize=8)
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
@@ -219,17 +193,9 @@ def paged_decode_attention(
     cfg = launch_config(BLOCK_M, B * Hkv, BLOCK_D, q.device)
     block_n = block_n or cfg.block_n
     S = num_splits or num_splits_for(B * Hkv, max_kv, block_n, q.device, waves=cfg.waves)
-    split_len = -(-max_kv // S)
-    split_len = -(-split_len // block_n) * block_n  # whole tiles per split
-    S = -(-max_kv // split_len)
-    dev = q.device
-    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
-    if S > 1:
-        acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
-        m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
-        l = torch.empty_like(m)
-    else:
-        acc = m = l = out  # unused
+    S, split_len = split_plan(max_kv, S, block_n)
+    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=q.device)
+    acc, m, l = partials(out, Hkv, S, BLOCK_M, BLOCK_D)
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
@@ -241,7 +207,7 @@ def paged_decode_attention(
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )
     if S > 1:
-        _merge_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
+        merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
                                 HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
     return out
 

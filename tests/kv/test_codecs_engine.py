@@ -14,13 +14,6 @@ from tests.conftest import make_tiny_hf_model
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def hd64_dir(tmp_path_factory):
-    # head_dim 64: what the Hadamard transform and 32-wide groups need
-    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_hd64"), "llama", hidden_size=128,
-                              num_attention_heads=2, num_key_value_heads=1)
-
-
 def _engine(path, **kw) -> Engine:
     kw.setdefault("kv_budget", "2MiB")
     return Engine.from_model(str(path), device="cpu", dtype="float32", progress=False, **kw)

@@ -9,15 +9,8 @@ import torch
 from augury.engine.engine import Engine
 from augury.engine.types import SamplingParams
 from augury.kv.block_manager import BlockClasses, BlockManager, KVGroup, chain_hashes
-from tests.conftest import make_tiny_hf_model
 
 BS = 16
-
-
-@pytest.fixture(scope="module")
-def hd64_dir(tmp_path_factory):
-    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_mixed"), "llama", hidden_size=128,
-                              num_attention_heads=2, num_key_value_heads=1)
 
 
 def _engine(path, **kw) -> Engine:

@@ -5,23 +5,14 @@ on a CUDA machine the same checks run compiled."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 import types
 
 import pytest
 import torch
 
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed", allow_module_level=True)
-CPU = not torch.cuda.is_available()
-# the interpreter must be on before triton is first imported (its own library is decorated then);
-# if something imported triton earlier in this process, the checks run in a fresh one instead
-FRESH = not CPU or "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
-if CPU:
-    os.environ["TRITON_INTERPRET"] = "1"
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
 
 from augury.kv.codecs import EncodedStore, parse_codec  # noqa: E402
 from augury.kv.codecs.triton_attention import encoded_decode_attention, fused_supported  # noqa: E402
@@ -141,10 +132,7 @@ def test_wide_steps_are_left_to_the_eager_path():
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    rerun_in_fresh_process(__file__, timeout=600)
 
 
 @here

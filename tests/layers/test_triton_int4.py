@@ -5,20 +5,13 @@ CUDA machine the same checks run compiled, plus a comparison with tinygemm itsel
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed", allow_module_level=True)
-CPU = not torch.cuda.is_available()
-FRESH = not CPU or "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
-if CPU:
-    os.environ["TRITON_INTERPRET"] = "1"
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
 
 from augury.layers.quant_linear import dequantize_int4, quantize_int4  # noqa: E402
 from augury.layers.triton_int4 import LaunchConfig, int4_linear, pack, supported  # noqa: E402
@@ -133,7 +126,4 @@ def test_matches_tinygemm_on_8b_like_shapes(m):
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    rerun_in_fresh_process(__file__, timeout=900)

@@ -5,22 +5,13 @@ CUDA machine (AUGURY_TEST_DEVICE=cuda or any visible GPU) the same checks run co
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed", allow_module_level=True)
-CPU = not torch.cuda.is_available()
-# the interpreter must be on before triton is first imported; if something imported
-# triton earlier in this process, the checks run in a fresh one instead
-FRESH = not CPU or "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
-if CPU:
-    os.environ["TRITON_INTERPRET"] = "1"
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
 
 from augury.layers.attention import SeqSpec, build_attention_metadata, softcap_attention  # noqa: E402
 from augury.layers.triton_paged_decode import paged_decode_attention, supported  # noqa: E402
@@ -188,7 +179,4 @@ def test_attend_paged_matches_attend_on_mixed_steps():
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    rerun_in_fresh_process(__file__, timeout=900)

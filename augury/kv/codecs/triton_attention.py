@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from augury.layers.triton_splitkv import merge_splits_kernel, partials, split_plan
+
 from augury.kv.codecs.affine import AffineCodec
 from augury.kv.codecs.base import SideCodec
 from augury.kv.codecs.turboquant import TurboCodec
@@ -270,17 +272,9 @@ def encoded_decode_attention(
     num_stages = num_stages or cfg.num_stages
     waves = cfg.waves if waves is None else waves
     S = num_splits or _num_splits(B * Hkv, max_kv, block_n, q.device, waves)
-    split_len = -(-max_kv // S)
-    split_len = -(-split_len // block_n) * block_n  # whole tiles per split
-    S = -(-max_kv // split_len)
-    dev = q.device
-    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=dev)
-    if S > 1:
-        acc = torch.empty((B, Hkv, S, BLOCK_M, BLOCK_D), dtype=torch.float32, device=dev)
-        m = torch.empty((B, Hkv, S, BLOCK_M), dtype=torch.float32, device=dev)
-        l = torch.empty_like(m)
-    else:
-        acc = m = l = out  # unused
+    S, split_len = split_plan(max_kv, S, block_n)
+    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=q.device)
+    acc, m, l = partials(out, Hkv, S, BLOCK_M, BLOCK_D)
     use_bcast = GROUP_BCAST if group_bcast is None else group_bcast
 
     def bcast(ngroups: int, group: int) -> bool:
@@ -301,35 +295,6 @@ def encoded_decode_attention(
         num_warps=num_warps, num_stages=num_stages,
     )
     if S > 1:
-        _merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
+        merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
                                        HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
     return out
-
-
-@triton.jit
-def _merge_splits_kernel(
-    acc_ptr, m_ptr, l_ptr, o_ptr, num_splits, max_q, s_ob, s_oj, s_oh,
-    HKV: tl.constexpr, REP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Partials of one (request, kv head) -> its rows of o [B, max_q, H, D], in o's dtype."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    base = (b * HKV + h) * num_splits
-    mx = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
-    for sp in range(0, num_splits):
-        mx = tl.maximum(mx, tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m))
-    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for sp in range(0, num_splits):
-        w = tl.exp(tl.load(m_ptr + (base + sp) * BLOCK_M + offs_m) - mx)  # splits with no visible key weigh 0
-        den += w * tl.load(l_ptr + (base + sp) * BLOCK_M + offs_m)
-        a = tl.load(acc_ptr + ((base + sp) * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :])
-        num += w[:, None] * a
-    o = num / tl.maximum(den, 1.0e-30)[:, None]
-    j = offs_m // REP
-    head = h * REP + offs_m % REP
-    ok = (offs_m < max_q * REP)[:, None] & (offs_d < D)[None, :]
-    dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
-    tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=ok)
