@@ -98,7 +98,9 @@ class Scheduler:
                 if n_draft:
                     n_draft = 0  # drop drafts before preempting anyone
                     continue
-                victim = self.running[-1]
+                # the latest request holding blocks of a class this one needs (freeing
+                # another codec's blocks would not help it); possibly itself
+                victim = next(r for r in reversed(self.running) if r is req or _share_class(r, req))
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
@@ -128,3 +130,15 @@ class Scheduler:
         """After the step: publish confirmed blocks, drop any KV past num_computed."""
         self.blocks.trim(req.request_id, req.num_computed)
         self.blocks.commit(req.request_id, req.all_ids, req.num_computed, self.namespace)
+
+
+def _classes(req: Request) -> set:
+    c = req.kv_classes
+    if c is None:
+        return {None}
+    return {c.high, c.low} if c.boundary else {c.high}
+
+
+def _share_class(a: Request, b: Request) -> bool:
+    """Whether two requests draw blocks from a common storage class of the pool."""
+    return bool(_classes(a) & _classes(b))

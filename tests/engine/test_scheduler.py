@@ -84,3 +84,21 @@ def test_drafts_counted_and_dropped_before_preempting():
     a.draft_ids = [1, 2]
     out = s.schedule()
     assert out.seqs[0].num_new == 1 and out.seqs[0].num_draft == 2
+
+
+def test_preemption_picks_a_victim_of_the_needy_class():
+    from augury.kv.block_manager import BlockClasses
+
+    bm = BlockManager([KVGroup("full", 8, None, (("a", 4), ("b", 4)))], 4)
+    s = Scheduler(SchedulerConfig(4, 64, 1000), bm)
+    ra = Request("ra", list(range(7)), SamplingParams())  # class a: 2 blocks, grows into a 3rd and 4th
+    rb = Request("rb", list(range(7)), SamplingParams())  # class b, admitted later
+    ra2 = Request("ra2", list(range(3)), SamplingParams())
+    ra.kv_classes, rb.kv_classes, ra2.kv_classes = BlockClasses("a"), BlockClasses("b"), BlockClasses("a")
+    for r in (ra, ra2, rb):
+        s.add(r)
+    for _ in range(6):
+        out = s.schedule()
+        assert rb not in out.preempted  # class b's blocks would not help class a
+        fake_step(s, out)
+    assert ra2.status is RequestStatus.WAITING and rb.status is RequestStatus.RUNNING
