@@ -1,4 +1,5 @@
-"""One-query-per-request attention for eager CPU decode steps (see layers/attention.py)."""
+"""Few-query attention for eager CPU steps: one-token decodes (attend_decode_cpu) and, row by row,
+verify windows and batches with bitwise batch invariance (attend_rows_cpu). See layers/attention.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,34 @@ if TYPE_CHECKING:
 
 Reader = Callable[[torch.Tensor], torch.Tensor]  # flat slots [S] -> rows [S, Hkv, D]
 
+# Run these few-query ops on the calling thread alone. Each tiny bmm / softmax would otherwise
+# open an OpenMP region (torch splits the batch of KV heads across threads), and with 2 cores
+# shared with other work every region is a barrier that can wait out a time slice: measured
+# 100+ ms/token at 2 threads vs 17 ms at 1 under load. One thread also fixes the kernels'
+# work split, so a row's bits cannot depend on the engine's thread count.
+SINGLE_THREADED = True
+
+
+def _one_thread(fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+    n = torch.get_num_threads()
+    if n == 1 or not SINGLE_THREADED:
+        return fn()
+    torch.set_num_threads(1)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(n)
+
 
 def attend_decode_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "GroupAttnMeta",
                       scale: float) -> torch.Tensor:
-    """One query per request, q [B, H, D] -> [B, H, D] (CPU; GPUs keep SDPA's decode kernels).
+    """One query per request, q [B, H, D] -> [B, H, D] (CPU; GPUs keep SDPA's decode kernels)."""
+    return _one_thread(lambda: _attend_decode(q, read_k, read_v, gmeta, scale))
 
-    Two batched matmuls and a softmax, with the query heads grouped under their KV head
+
+def _attend_decode(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "GroupAttnMeta",
+                   scale: float) -> torch.Tensor:
+    """Two batched matmuls and a softmax, with the query heads grouped under their KV head
     (GQA without repeating K/V): for one row SDPA's kernel setup costs more than the math."""
     B, H, D = q.shape
     flat = gmeta.gather_slots.view(-1)
@@ -63,6 +86,11 @@ def attend_rows_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "Gro
     depends on the step's first token, so a row's key range shifts with the window)."""
     if gmeta.window is not None:
         raise ValueError("attend_rows_cpu is for full-attention layers")
+    return _one_thread(lambda: _attend_rows(q, read_k, read_v, gmeta, scale))
+
+
+def _attend_rows(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "GroupAttnMeta",
+                 scale: float) -> torch.Tensor:
     T, H, D = q.shape
     B = gmeta.num_seqs
     flat = gmeta.gather_slots.view(-1)

@@ -93,3 +93,19 @@ def test_sliding_window_is_refused():
     gm = build_attention_metadata(specs, BS, {"sliding": 4}, "cpu").groups["sliding"]
     with pytest.raises(ValueError, match="full-attention"):
         _run(attend_rows_cpu, torch.randn(2, H, D), _pool(torch.float32), gm)
+
+
+def test_thread_count_is_restored_and_does_not_change_bits():
+    pool = _pool(torch.float32, 7)
+    table = _table(20, 3)
+    q = torch.randn(5, H, D, generator=torch.Generator().manual_seed(8))
+    gm = _gmeta([SeqSpec(90, 5, {"full": table})])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = _run(attend_rows_cpu, q, pool, gm)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert torch.equal(_run(attend_rows_cpu, q, pool, gm), two)
+    finally:
+        torch.set_num_threads(before)
