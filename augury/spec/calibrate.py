@@ -46,32 +46,33 @@ class StepCostCurve:
 
 
 def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: torch.device,
-                       reps: int = 3) -> StepCostCurve | None:
+                       reps: int = 4) -> StepCostCurve | None:
     """None when the pool cannot spare the scratch blocks (the policy keeps its default)."""
     got = blocks.admit(CALIB_ID, list(range(CONTEXT + SIZES[-1])), max_new=1 << 30)
     if got is None:
         return None
     try:
         tables = blocks.block_tables(CALIB_ID)
-        out = []
+        metas = [build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device,
+                                          getattr(pool, "class_ranges", None)) for T in SIZES]
+        best = [float("inf")] * len(SIZES)
         with torch.inference_mode():
-            for T in SIZES:
-                meta = build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device,
-                                                getattr(pool, "class_ranges", None))
-                ids = torch.ones(T, dtype=torch.long, device=device)
-                ts = []
-                for r in range(reps + 1):
+            # sizes round-robin and the fastest of each: a load spike on a shared machine then
+            # costs one sample, not a whole size (which the monotone fix below would spread
+            # to every larger size)
+            for r in range(reps + 1):
+                for i, (T, meta) in enumerate(zip(SIZES, metas)):
+                    ids = torch.ones(T, dtype=torch.long, device=device)
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     t0 = time.perf_counter()
                     h = model(ids, meta.positions, meta, pool)
                     model.compute_logits(h).sum().item()
-                    if r:
-                        ts.append(time.perf_counter() - t0)
-                out.append(sorted(ts)[len(ts) // 2])
-        # noise can make the curve dip; costs never fall with more tokens
-        for i in range(1, len(out)):
-            out[i] = max(out[i], out[i - 1])
-        return StepCostCurve(SIZES, tuple(out))
+                    if r:  # the first round warms up
+                        best[i] = min(best[i], time.perf_counter() - t0)
+        # costs never fall with more tokens
+        for i in range(1, len(best)):
+            best[i] = max(best[i], best[i - 1])
+        return StepCostCurve(SIZES, tuple(best))
     finally:
         blocks.free(CALIB_ID)

@@ -71,3 +71,44 @@ def test_acceptance_counts_only_the_positions_a_round_tested():
     assert r.spec_alpha == 0.0
     p.update(r, 0, 0)  # nothing drafted: nothing learned
     assert r.spec_alpha == 0.0
+
+
+def test_calibration_ignores_a_load_spike(monkeypatch):
+    """A fake clock: each forward of T tokens costs 1 + T/10; one forward (T = 8, first measured
+    round) is hit by a 100x spike. The curve keeps the true costs, round-robin + fastest."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import augury.spec.calibrate as cal
+
+    clock = [0.0]
+    calls = {}
+
+    class FakeBlocks:
+        block_size = 16
+
+        def admit(self, *a, **k):
+            return True
+
+        def block_tables(self, _):
+            return {"full": list(range(16))}
+
+        def free(self, _):
+            pass
+
+    class FakeModel:
+        def __call__(self, ids, positions, meta, pool):
+            T = ids.shape[0]
+            calls[T] = calls.get(T, 0) + 1
+            clock[0] += (1 + T / 10) * (100 if T == 8 and calls[T] == 2 else 1)
+            return torch.zeros(T, 4)
+
+        def compute_logits(self, h):
+            return h
+
+    monkeypatch.setattr(cal, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    curve = cal.measure_step_costs(FakeModel(), object(), FakeBlocks(), {"full": None}, torch.device("cpu"))
+    assert curve.sizes == cal.SIZES
+    for T, t in zip(curve.sizes, curve.seconds):
+        assert abs(t - (1 + T / 10)) < 1e-9, (T, t)
