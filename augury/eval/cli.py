@@ -53,15 +53,26 @@ def cmd_eval_kv(a: argparse.Namespace) -> int:
     schemes = tuple(s.strip() for s in a.schemes.split(",")) if a.schemes else DEFAULT_SCHEMES
     lm = load_model(EngineConfig(model=a.model, device=a.device, dtype=a.dtype, progress=not a.json))
     t0 = time.perf_counter()
-    res = evaluate_kv(lm, schemes, a.passage_tokens, a.passkey_ctx, a.passkey_trials,
-                      progress=None if a.json else lambda r: print(f"  {r.name} done", file=sys.stderr),
-                      num_passages=a.passages)
     meta = run_meta(lm, a.model, a.dtype, a.passages, a.passage_tokens, a.passkey_ctx, a.passkey_trials)
-    meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
-    doc = to_json(res, meta)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(doc + "\n")
+    done = []
+
+    def save(partial: bool) -> str:
+        meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        doc = to_json(done, {**meta, "partial": True} if partial else meta)
+        if a.out:  # rewritten after every scheme: a long CPU run that is stopped keeps what it measured
+            with open(a.out, "w") as f:
+                f.write(doc + "\n")
+        return doc
+
+    def progress(r) -> None:
+        done.append(r)
+        save(partial=True)
+        if not a.json:
+            print(f"  {r.name} done", file=sys.stderr)
+
+    res = evaluate_kv(lm, schemes, a.passage_tokens, a.passkey_ctx, a.passkey_trials, progress=progress,
+                      num_passages=a.passages)
+    doc = save(partial=False)
     print(doc if a.json else format_table(res))
     return 0
 
