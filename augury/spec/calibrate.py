@@ -46,7 +46,7 @@ class StepCostCurve:
 
 
 def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: torch.device,
-                       reps: int = 4) -> StepCostCurve | None:
+                       reps: int = 3) -> StepCostCurve | None:
     """None when the pool cannot spare the scratch blocks (the policy keeps its default)."""
     got = blocks.admit(CALIB_ID, list(range(CONTEXT + SIZES[-1])), max_new=1 << 30)
     if got is None:
