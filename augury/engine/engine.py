@@ -108,7 +108,7 @@ class Engine:
         self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
         if self.drafters:
             curve = None
-            if config.spec_adaptive and config.spec != "off":
+            if config.spec_adaptive:  # requests may turn speculation on even when the default is off
                 from augury.spec.calibrate import measure_step_costs
 
                 curve = measure_step_costs(loaded.model, self.pool, self.blocks, self.runner.windows, loaded.device)

@@ -21,7 +21,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from augury.layers.attention_decode_cpu import attend_decode_cpu
+from augury.layers.attention_decode_cpu import attend_decode_cpu, attend_rows_cpu
+
+# CPU steps whose attention runs row by row (attend_rows_cpu): verify windows up to the
+# longest draft + 1, and steps of at most this many query tokens (decode batches included)
+MAX_ROWS_WINDOW = 17
+MAX_ROWS_TOKENS = 64
 
 
 @dataclass
@@ -328,7 +333,14 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
     B, max_q = gmeta.num_seqs, gmeta.max_q
     # the grouped-matmul decode path is for eager CPU steps; under torch.compile its
     # data-dependent "dense" switch breaks dynamic shapes, and inductor fuses SDPA anyway
-    if max_q == 1 and softcap is None and q.device.type == "cpu" and not torch.compiler.is_compiling():
+    eager_cpu = softcap is None and q.device.type == "cpu" and not torch.compiler.is_compiling()
+    if eager_cpu and max_q == 1 and B == 1:
+        return attend_decode_cpu(q, read_k, read_v, gmeta, scale)
+    if eager_cpu and gmeta.window is None and max_q <= MAX_ROWS_WINDOW and T <= MAX_ROWS_TOKENS:
+        # verify windows and small batches: each row exactly as its own one-token step computes
+        # it (bitwise batch invariance: speculation and batching cannot change a greedy token)
+        return attend_rows_cpu(q, read_k, read_v, gmeta, scale)
+    if eager_cpu and max_q == 1:  # larger decode batches: one padded grouped matmul
         return attend_decode_cpu(q, read_k, read_v, gmeta, scale)
     if gmeta.q_index is None:
         qp = q.reshape(B, max_q, H, D)

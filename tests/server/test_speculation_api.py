@@ -17,7 +17,7 @@ from augury.server.config import ServerConfig
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir):
     engine = Engine.from_model(str(tiny_llama_dir), device="cpu", dtype="float32", progress=False,
-                               kv_budget="8MiB", spec_layers=1)
+                               kv_budget="8MiB", spec_layers=1, spec_adaptive=False)
     cfg = ServerConfig(port=0)
     app = create_app(engine, cfg)
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
