@@ -124,3 +124,28 @@ def test_gemma3_greedy_matches_transformers():
             assert e.generate(ids, GREEDY).token_ids == hf_greedy(hf, ids)
     finally:
         e.shutdown()
+
+
+def test_smollm2_int4_speculation_and_batching_are_exact():
+    """With int4 weights too: the kernels are row-invariant below their dense switch and CPU
+    attention computes each verify/batch row as its own decode step, so no near-tie can flip."""
+    import json
+    from importlib.resources import files
+
+    if smollm2_path() is None:
+        pytest.skip("needs `augury pull smollm2`")
+    lines = files("augury.bench.data").joinpath("spec_grounded.jsonl").read_text().splitlines()[:6]
+    e = Engine.from_model("smollm2", dtype="float32", weights="int4", progress=False, kv_budget="128MiB",
+                          spec_adaptive=False)
+    try:
+        ps = [e.tokenizer.encode_chat(json.loads(line)["messages"]) for line in lines]
+        greedy = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+        plain = [e.generate(p, greedy).token_ids for p in ps]
+        sp = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True,
+                            speculative={"method": "ngram", "num_draft_tokens": 10})
+        spec = [e.generate(p, sp) for p in ps]
+        assert [r.token_ids for r in spec] == plain
+        assert sum(r.speculation["accepted"] for r in spec) > 0
+        assert [r.token_ids for r in e.generate_batch(ps, greedy)] == plain
+    finally:
+        e.shutdown()
