@@ -41,7 +41,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     kv.add_argument("--kv-bits", type=int, default=None, help="affine KV quantization bits (2..8), mlx-lm style")
     kv.add_argument("--kv-group-size", type=int, default=None, help="KV quantization group size (default 64; turbo keys 32)")
     kv.add_argument("--quantized-kv-start", type=int, default=0, help="tokens kept native before encoding")
-    kv.add_argument("--kv-quant", default=None, help="KV codec: native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3]")
+    kv.add_argument("--kv-quant", default=None, help="KV codec: native | affine8 | affine4 | turbo[:k8v3|k4v3|rk4v3] (+qjl: 1-bit key residual)")
     kv.add_argument("--kv-extra-codecs", default=None,
                     help="more codecs a request's kv_cache may choose, comma-separated (e.g. native,turbo:k4v3)")
     kv.add_argument("--kv-extra-share", type=float, default=0.25,
