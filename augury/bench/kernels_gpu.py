@@ -312,7 +312,6 @@ def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadli
         q = torch.randn(B, H, D, device=dev, dtype=dt)
         qp = q.view(B, 1, H, D)
         bias = gm.additive_mask(dt)
-        flat = gm.gather_slots.view(-1)
         cur = time_calls([(lambda kp=kp, vp=vp: attend(q, lambda s: kp.index_select(0, s),
                                                        lambda s: vp.index_select(0, s), gm, scale, None))
                           for kp, vp in pools], dev)

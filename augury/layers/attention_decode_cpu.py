@@ -42,20 +42,32 @@ def _attend_decode(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "Grou
     """Two batched matmuls and a softmax, with the query heads grouped under their KV head
     (GQA without repeating K/V): for one row SDPA's kernel setup costs more than the math."""
     B, H, D = q.shape
+    kc, vc = _gathered_kv(q, read_k, read_v, gmeta)
+    Hkv = kc.shape[1]
+    # HF repeat_kv order: query head h reads KV head h // (H // Hkv)
+    s = torch.matmul(q.view(B, Hkv, H // Hkv, D), kc).mul_(scale)  # [B, Hkv, rep, max_kv]
+    if not gmeta.dense:
+        s.add_(gmeta.additive_mask(q.dtype))  # [B, 1, 1, max_kv] broadcasts over heads
+    return torch.matmul(_softmax(s, q.dtype), vc).view(B, H, D)
+
+
+def _gathered_kv(q: torch.Tensor, read_k: Reader, read_v: Reader,
+                 gmeta: "GroupAttnMeta") -> tuple[torch.Tensor, torch.Tensor]:
+    """Every request's gathered keys and values in the decode matmuls' layouts, q's dtype:
+    K [B, Hkv, D, max_kv], V [B, Hkv, max_kv, D]."""
+    B, D = gmeta.num_seqs, q.shape[-1]
     flat = gmeta.gather_slots.view(-1)
     kc = read_k(flat)  # [B * max_kv, Hkv, D]
     vc = read_v(flat)
     Hkv = kc.shape[1]
     if kc.dtype != q.dtype:
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
-    kc = kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1)  # [B, Hkv, D, max_kv]
-    vc = vc.view(B, -1, Hkv, D).transpose(1, 2)  # [B, Hkv, max_kv, D]
-    # HF repeat_kv order: query head h reads KV head h // (H // Hkv)
-    s = torch.matmul(q.view(B, Hkv, H // Hkv, D), kc).mul_(scale)  # [B, Hkv, rep, max_kv]
-    if not gmeta.dense:
-        s.add_(gmeta.additive_mask(q.dtype))  # [B, 1, 1, max_kv] broadcasts over heads
-    p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(p, vc).view(B, H, D)
+    return kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1), vc.view(B, -1, Hkv, D).transpose(1, 2)
+
+
+def _softmax(s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Softmax over keys, in float32 for half-precision scores (as HF does)."""
+    return torch.softmax(s, dim=-1) if s.dtype == torch.float32 else torch.softmax(s, -1, dtype=torch.float32).to(dtype)
 
 
 def _row_plan(gmeta: "GroupAttnMeta") -> list[tuple[int, int, int]]:
@@ -92,21 +104,12 @@ def attend_rows_cpu(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "Gro
 def _attend_rows(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: "GroupAttnMeta",
                  scale: float) -> torch.Tensor:
     T, H, D = q.shape
-    B = gmeta.num_seqs
-    flat = gmeta.gather_slots.view(-1)
-    kc = read_k(flat)
-    vc = read_v(flat)
-    Hkv = kc.shape[1]
-    if kc.dtype != q.dtype:
-        kc, vc = kc.to(q.dtype), vc.to(q.dtype)
     # the decode path's layouts, made once: per row only the key count is narrowed
-    kc = kc.view(B, -1, Hkv, D).permute(0, 2, 3, 1)  # [B, Hkv, D, max_kv]
-    vc = vc.view(B, -1, Hkv, D).transpose(1, 2)  # [B, Hkv, max_kv, D]
+    kc, vc = _gathered_kv(q, read_k, read_v, gmeta)
+    Hkv = kc.shape[1]
     qg = q.view(T, 1, Hkv, H // Hkv, D)
     rows = []
     for t, b, n in _row_plan(gmeta):
         s = torch.matmul(qg[t], kc[b:b + 1, :, :, :n]).mul_(scale)  # [1, Hkv, rep, n]
-        p = torch.softmax(s, dim=-1) if s.dtype == torch.float32 else \
-            torch.softmax(s, -1, dtype=torch.float32).to(q.dtype)
-        rows.append(torch.matmul(p, vc[b:b + 1, :, :n]))
+        rows.append(torch.matmul(_softmax(s, q.dtype), vc[b:b + 1, :, :n]))
     return torch.cat(rows).view(T, H, D)

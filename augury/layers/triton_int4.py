@@ -32,13 +32,14 @@ Written so it also runs under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
+
+from augury.layers.triton_splitkv import sm_count
 
 MAX_ROWS = 16  # decode and verify widths; prefill-sized inputs take tinygemm / dense matmul
 GROUP_SIZES = (32, 64, 128, 256)
@@ -172,11 +173,6 @@ def _split_sum_kernel(part_ptr, y_ptr, MN, N, num_splits, s_ym, BLOCK: tl.conste
     tl.store(y_ptr + (offs // N) * s_ym + offs % N, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-
-
 @dataclass(frozen=True)
 class LaunchConfig:
     block_n: int = 128
@@ -207,7 +203,7 @@ def _splits(n: int, kp: int, cfg: LaunchConfig, device: torch.device) -> int:
     """Split-K factor from (N, K) alone: the same layer always launches the same grid."""
     n_tiles = -(-n // cfg.block_n)
     k_tiles = -(-kp // cfg.block_k)
-    want = max(1, int(cfg.waves * _sm_count(device)) // n_tiles)
+    want = max(1, int(cfg.waves * sm_count(device)) // n_tiles)
     return max(1, min(want, k_tiles // cfg.min_k_tiles))
 
 

@@ -23,7 +23,6 @@ under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from augury.layers.triton_splitkv import merge_splits_kernel, partials, split_plan
+from augury.layers.triton_splitkv import merge_splits_kernel, num_splits_for, partials, sm_count, split_plan
 
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -124,21 +123,6 @@ def _paged_decode_kernel(
         tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-
-
-def num_splits_for(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
-                   waves: float = 2.0, min_tiles: int = 2) -> int:
-    """Splits so the grid covers the GPU `waves` times over, each split over >= `min_tiles`
-    key tiles. A function of shapes only: the same step always launches the same grid."""
-    target = int(waves * _sm_count(device))
-    want = max(1, -(-target // batch_kv_heads))
-    most = max(1, -(-max_kv // (min_tiles * block_n)))
-    return min(want, most)
-
-
 @dataclass(frozen=True)
 class LaunchConfig:
     block_n: int  # keys per tile
@@ -158,7 +142,7 @@ def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device) 
     if batch_kv_heads <= 16:
         cfg = LaunchConfig(128, 4, 3, 1.0)
     else:
-        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * _sm_count(device) else 4, 3, 2.0)
+        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * sm_count(device) else 4, 3, 2.0)
     if d > 128:
         cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves)
     return cfg

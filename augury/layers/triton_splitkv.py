@@ -8,9 +8,27 @@ per (request, KV head) combines them, exactly as softmax over the whole range wo
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (1 elsewhere: the interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def num_splits_for(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
+                   waves: float = 2.0, min_tiles: int = 2) -> int:
+    """Splits so the grid covers the GPU `waves` times over, each split over >= `min_tiles`
+    key tiles. A function of shapes only: the same step always launches the same grid."""
+    target = int(waves * sm_count(device))
+    want = max(1, -(-target // batch_kv_heads))
+    most = max(1, -(-max_kv // (min_tiles * block_n)))
+    return min(want, most)
 
 
 def split_plan(max_kv: int, splits: int, block_n: int) -> tuple[int, int]:

@@ -19,14 +19,13 @@ Written so it also runs under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from augury.layers.triton_splitkv import merge_splits_kernel, partials, split_plan
+from augury.layers.triton_splitkv import merge_splits_kernel, num_splits_for, partials, split_plan
 
 from augury.kv.codecs.affine import AffineCodec
 from augury.kv.codecs.base import SideCodec
@@ -182,11 +181,6 @@ def _encoded_decode_attn_kernel(
         tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-
-
 # Launch parameters, from the H200 sweeps (docs/data/kernels-h200.json, llama3-8b shapes, 8k):
 # decoding a tile costs registers and ALU more than bytes, so short tiles, no software
 # pipelining and many programs in flight (more splits) beat long serial loops over the
@@ -229,12 +223,8 @@ GROUP_BCAST = True  # see _decode_tile; measured faster on the H200 for every sc
 
 def _num_splits(batch_kv_heads: int, max_kv: int, block_n: int, device: torch.device,
                 waves: float = SPLIT_WAVES, min_tiles: int = SPLIT_MIN_TILES) -> int:
-    """Enough programs to cover the GPU `waves` times over, each over >= `min_tiles` key tiles.
-    A function of shapes only: the same step always launches the same grid (CUDA graphs)."""
-    target = int(waves * _sm_count(device))
-    want = max(1, -(-target // batch_kv_heads))
-    most = max(1, -(-max_kv // (min_tiles * block_n)))
-    return min(want, most)
+    """`num_splits_for` with this kernel's defaults."""
+    return num_splits_for(batch_kv_heads, max_kv, block_n, device, waves, min_tiles)
 
 
 def encoded_decode_attention(
