@@ -107,9 +107,7 @@ class CudaGraphDecoder:
             Kp = kps[g]
             slots = torch.full((n, Bp), self.trash[g], dtype=torch.long)
             slots[:, :B] = gm.slot_mapping.view(B, n).t()
-            gather = torch.full((Bp, Kp), self.trash[g], dtype=torch.long)
-            gather[:B, : gm.max_kv] = gm.gather_slots
-            gather[:B, gm.max_kv:] = gm.gather_slots[:, -1:]
+            gather = self._padded_gather(g, gm, B, Bp, Kp)
             valid = torch.zeros((n, Bp, 1, 1, Kp), dtype=torch.bool)
             valid[:, :B, 0, 0, : gm.max_kv] = gm.mask[:, 0].permute(1, 0, 2)  # [B, n, K] -> [n, B, K]
             valid[:, B:, :, :, 0] = True  # padded rows attend to the trash slot only
@@ -158,6 +156,13 @@ class CudaGraphDecoder:
         return _Burst(graph, ids, pos, slots, gather, bias, tokens)
 
     # ---- internals ----------------------------------------------------------------
+    def _padded_gather(self, g: str, gm: GroupAttnMeta, B: int, Bp: int, Kp: int) -> torch.Tensor:
+        """[Bp, Kp] host gather table: real rows padded with their last key, padding rows on trash."""
+        gather = torch.full((Bp, Kp), self.trash[g], dtype=torch.long)
+        gather[:B, : gm.max_kv] = gm.gather_slots
+        gather[:B, gm.max_kv:] = gm.gather_slots[:, -1:]
+        return gather
+
     def _fill(self, e: _Graph, ids: list[int], meta: AttentionMetadata, B: int, Bp: int, kps: dict[str, int]) -> None:
         host_ids = torch.zeros(Bp, dtype=torch.long)
         host_ids[:B] = torch.tensor(ids, dtype=torch.long)
@@ -169,9 +174,7 @@ class CudaGraphDecoder:
             Kp = kps[g]
             slots = torch.full((Bp,), self.trash[g], dtype=torch.long)
             slots[:B] = gm.slot_mapping
-            gather = torch.full((Bp, Kp), self.trash[g], dtype=torch.long)
-            gather[:B, : gm.max_kv] = gm.gather_slots
-            gather[:B, gm.max_kv:] = gm.gather_slots[:, -1:]
+            gather = self._padded_gather(g, gm, B, Bp, Kp)
             valid = torch.zeros((Bp, 1, 1, Kp), dtype=torch.bool)
             valid[:B, :, :, : gm.max_kv] = gm.mask
             valid[B:, :, :, 0] = True  # padded rows attend to the trash slot only
