@@ -294,11 +294,10 @@ def paged_attention(
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
-    # (not while torch.compile traces: dynamo cannot trace the launcher; the compiled
-    # graph fuses gather + SDPA instead)
-    if q.is_cuda and not torch.compiler.is_compiling() and (kernels := _paged_kernel()) is not None:
+    if q.is_cuda and (kernels := _paged_kernel()) is not None:
         # decode and verify segments read the pool in place (no gathered K/V copy); wide
-        # segments (prefill chunks) keep gather + SDPA inside attend_paged
+        # segments (prefill chunks) keep gather + SDPA inside attend_paged. Under
+        # torch.compile the kernel is one opaque custom op (augury::paged_decode_attention)
         return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap)
     return attend(q, lambda slots: k_pool.index_select(0, slots), lambda slots: v_pool.index_select(0, slots),
                   gmeta, scale, softcap)

@@ -196,6 +196,24 @@ def paged_decode_attention(
     return out
 
 
+# The same kernel as one opaque node for torch.compile: dynamo cannot trace Triton's
+# launcher, and the launch parameters come from concrete shapes (next_power_of_2, the
+# split plan), so a compiled graph calls this op with real tensors at run time. The
+# eager path calls `paged_decode_attention` directly (no dispatcher hop per layer).
+@torch.library.custom_op(
+    "augury::paged_decode_attention", mutates_args=(),
+    schema="(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor bias, float scale, "
+           "float? softcap) -> Tensor")
+def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
+                    bias: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap)
+
+
+@paged_decode_op.register_fake
+def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap):
+    return q.new_empty(q.shape)  # [B, max_q, H, D], contiguous, q's dtype (as the kernel writes it)
+
+
 def attend_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta, scale: float,
                  softcap: float | None) -> torch.Tensor:
     """Drop-in for `augury.layers.attention.attend` over a plain pool: q [T, H, D] -> [T, H, D].
@@ -219,6 +237,7 @@ def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         return attend(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gm, scale,
                       softcap)
     qp = q.view(B, max_q, H, D) if gm.q_index is None else q.index_select(0, gm.q_index).view(B, max_q, H, D)
-    o = paged_decode_attention(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
+    run = paged_decode_op if torch.compiler.is_compiling() else paged_decode_attention
+    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
     o = o.reshape(B * max_q, H, D)
     return o if gm.out_index is None else o.index_select(0, gm.out_index)

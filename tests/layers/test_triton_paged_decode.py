@@ -177,6 +177,43 @@ def test_attend_paged_matches_attend_on_mixed_steps():
     torch.testing.assert_close(attend_paged(q, kp, vp, gm, 0.125, None), ref, atol=2e-4, rtol=2e-4)
 
 
+@here
+def test_custom_op_schema_and_fake_match_the_kernel():
+    # torch.compile sees the kernel only through augury::paged_decode_attention: its fake
+    # (meta) result must have the real output's shape, dtype and strides
+    from augury.layers.triton_paged_decode import paged_decode_op
+
+    q, kp, vp, gm = _case([(37, 1), (20, 4)], seed=10)
+    args = (q, kp, vp, gm.gather_slots, gm.additive_mask(q.dtype), 0.125, None)
+    torch.library.opcheck(paged_decode_op, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    torch.testing.assert_close(paged_decode_op(*args).float(), _reference(q, kp, vp, gm, 0.125, None),
+                               atol=2e-4, rtol=2e-4)
+
+
+@here
+def test_compiled_attend_paged_calls_the_kernel_as_one_op():
+    """Under torch.compile (dynamic shapes, one graph) each kernel-width segment is one
+    custom-op node, and the compiled step equals the eager one."""
+    import torch._dynamo.testing as dynamo_testing
+
+    from augury.layers.triton_paged_decode import attend_paged
+
+    q4, kp, vp, gm = _case([(17, 1), (30, 1), (12, 2), (5, 4), (8, 3)], seed=11, num_blocks=40)
+    T = 1 + 1 + 2 + 4 + 3
+    q = torch.randn(T, q4.shape[2], q4.shape[3], generator=torch.Generator().manual_seed(12)).to(DEV)
+    ref = attend_paged(q, kp, vp, gm, 0.125, None)
+    torch._dynamo.reset()
+    rec = dynamo_testing.AotEagerAndRecordGraphs()
+    got = torch.compile(lambda q: attend_paged(q, kp, vp, gm, 0.125, None), backend=rec, fullgraph=True,
+                        dynamic=True)(q)
+    torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
+    ops = [n.target for g in rec.fw_graphs for n in g.graph.nodes if n.op == "call_function"]
+    # two segments (the decodes unpadded, the verify windows padded to 4 rows), one kernel each
+    assert ops.count(torch.ops.augury.paged_decode_attention.default) == 2
+    torch._dynamo.reset()
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)
