@@ -149,6 +149,43 @@ def host_step_ms(engine: Engine, steps: int = 64) -> float:
     return statistics.median(ts[8:]) * 1e3
 
 
+def profile_decode(engine: Engine, batch: int, prompt_len: int = 1024, steps: int = 16, top: int = 30) -> dict:
+    """Kernels of `steps` plain decode steps (no bursts; CUDA graph replays are recorded
+    kernel by kernel): per kernel name, launches and GPU µs per step, longest first.
+    Prefill runs before the profiler starts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = engine.loaded.device.type == "cuda"  # elsewhere: CPU ops of this thread (a smoke test only)
+    g = torch.Generator().manual_seed(2)
+    V = engine.model_config.vocab_size
+    sp = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+    saved = engine.core.burst
+    engine.core.burst = 0
+    try:
+        its = [iter(engine.submit(torch.randint(0, V, (prompt_len,), generator=g).tolist(), sp))
+               for _ in range(batch)]
+        for it in its:
+            next(it)
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            n = sum(len(out.token_ids) for it in its for out in it)
+            _sync()
+        wall = time.perf_counter() - t0
+    finally:
+        engine.core.burst = saved
+    per: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == (torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU):
+            per.setdefault(ev.name, []).append(ev.time_range.elapsed_us())
+    n_steps = n / batch
+    kernels = sorted(({"name": k[:120], "launches_per_step": len(v) / n_steps, "us_per_step": sum(v) / n_steps}
+                      for k, v in per.items()), key=lambda r: -r["us_per_step"])
+    return {"batch": batch, "steps": n_steps, "wall_ms_per_step": wall / n_steps * 1e3,
+            "gpu_us_per_step": sum(r["us_per_step"] for r in kernels),
+            "launches_per_step": sum(r["launches_per_step"] for r in kernels),
+            "layers": engine.model_config.num_layers, "kernels": kernels[:top]}
+
+
 def hf_decode_rate(shape: str, device: torch.device, batch: int = 1, new_tokens: int = 128) -> float | None:
     """HF transformers `generate` on the same random-weight shape (the peer), tok/s aggregate."""
     try:
@@ -183,7 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-budget", default="24GiB")
     ap.add_argument("--only-small", action="store_true", help="only the SmolLM2-shaped rows (and the HF peer)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward (inside the CUDA graphs)")
+    ap.add_argument("--weights", default="native,int4", help="comma list of the 8B-shape weight kinds to run")
+    ap.add_argument("--skip-small", action="store_true", help="skip the SmolLM2-shaped rows and the HF peer")
+    ap.add_argument("--profile", action="store_true",
+                    help="also record the kernel list of B=1 and B=64 decode steps (native weights)")
     a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+
+    def save() -> None:  # after every row: a run cut short still leaves what it measured
+        with open(os.path.join(a.out, "roofline.json"), "w") as f:
+            json.dump(res, f, indent=1)
+
     dev = torch.device(a.device)
     reps = 2 if a.quick else 3
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -194,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     res["bf16_matmul_TFLOPs"] = mm / 1e12
     print(f"read bandwidth {bw / 1e9:.0f} GB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s", file=sys.stderr, flush=True)
 
-    rows = []
-    for weights in (() if a.only_small else ("native", "int4")):
+    rows = res["rows"] = []
+    for weights in (() if a.only_small else [w for w in a.weights.split(",") if w]):
         e = Engine.from_random(a.shape, device=a.device, dtype="bfloat16", weights=weights, progress=False,
                                max_num_seqs=64, max_num_batched_tokens=4096, kv_budget=a.kv_budget,
                                max_model_len=4096, compile=a.compile)
@@ -207,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                      "fraction": d1["agg_tok_s"] / limit, "weight_GB": wb / 1e9,
                      "tok_s_no_burst": d1n["agg_tok_s"], "burst": e.core.burst})
         print(rows[-1], file=sys.stderr, flush=True)
+        save()
         if weights == "native":
             d64 = decode_rate(e, 64, 1024, 64, max(1, reps - 1))
             d64n = decode_rate(e, 64, 1024, 64, max(1, reps - 1), burst=0)
@@ -217,17 +265,31 @@ def main(argv: list[str] | None = None) -> int:
                          "limit_tok_s": limit64, "fraction": d64["agg_tok_s"] / limit64,
                          "tok_s_no_burst": d64n["agg_tok_s"]})
             print(rows[-1], file=sys.stderr, flush=True)
+            save()
             pf = prefill_rate(e, 1024, reps)
             n_params = sum(p.numel() for p in e.loaded.model.parameters()) - e.loaded.model.embed_tokens.weight.numel()
             flops = 2 * n_params * pf
             rows.append({"case": f"{a.shape} bf16 prefill 1k", "tok_s": pf, "TFLOPs": flops / 1e12,
                          "fraction": flops / mm})
             print(rows[-1], file=sys.stderr, flush=True)
+            save()
             res["host_step_ms_8b"] = host_step_ms(e)
+            if a.profile:
+                res["profile"] = [profile_decode(e, b) for b in (1, 64)]
+                for p in res["profile"]:
+                    print(f"profile B={p['batch']}: {p['wall_ms_per_step']:.2f} ms/step wall, "
+                          f"{p['gpu_us_per_step'] / 1e3:.2f} ms GPU, {p['launches_per_step']:.0f} kernels/step",
+                          file=sys.stderr, flush=True)
+                    for k in p["kernels"][:12]:
+                        print(f"  {k['us_per_step']:9.1f} us {k['launches_per_step']:6.1f}x  {k['name'][:90]}",
+                              file=sys.stderr, flush=True)
+            save()
         e.shutdown()
         del e
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+    if a.skip_small:
+        return _report(res)
     s = Engine.from_random("smollm2-135m", device=a.device, dtype="bfloat16", progress=False, kv_budget=a.kv_budget,
                            compile=a.compile)
     d = decode_rate(s, 1, 256, 128, reps)
@@ -246,12 +308,13 @@ def main(argv: list[str] | None = None) -> int:
                  "fraction": float("nan"), "hf_tok_s": hf16, "tok_s_no_burst": d16n["agg_tok_s"]})
     print(rows[-1], file=sys.stderr, flush=True)
     s.shutdown()
-    res["rows"] = rows
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "roofline.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    save()
+    return _report(res)
+
+
+def _report(res: dict) -> int:
     print(f"{'case':<40} {'tok/s':>10} {'no burst':>10} {'limit':>10} {'fraction':>9}")
-    for r in rows:
+    for r in res["rows"]:
         print(f"{r['case']:<40} {r['tok_s']:>10.1f} {r.get('tok_s_no_burst', float('nan')):>10.1f} "
               f"{r.get('limit_tok_s', float('nan')):>10.1f} {r['fraction']:>9.2%}")
     return 0
