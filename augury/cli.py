@@ -85,11 +85,10 @@ def _peak_memory_bytes(engine: Any) -> int:
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from augury.engine.engine import Engine
-    from augury.engine.loader import load_model
     from augury.engine.types import SamplingParams
 
     cfg = _engine_config(a)
-    engine = Engine(load_model(cfg), cfg)
+    engine = Engine.build(cfg)
     try:
         tok = engine.tokenizer
         if a.chat is not None:
@@ -167,7 +166,6 @@ def cmd_models(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     from augury.engine.engine import Engine
-    from augury.engine.loader import load_model
     from augury.server.app import run_server
     from augury.server.config import ServerConfig
 
@@ -176,7 +174,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                         default_max_tokens=a.default_max_tokens)
     scfg.validate()
     cfg = _engine_config(a, max_queue=a.max_queue)
-    engine = Engine(load_model(cfg), cfg)
+    engine = Engine.build(cfg)
     try:
         print(f"augury: serving {engine.model_id} on http://{a.host}:{a.port} (OpenAI /v1, Anthropic /v1/messages, "
               f"chat page /)", file=sys.stderr)

@@ -11,8 +11,14 @@ from augury.bench.model_facts import gguf_facts
 from augury.bench.options import BenchOptions
 from augury.bench.peers.augury_peer import AuguryPeer
 from augury.bench.peers.base import Peer, PeerUnavailable
+from augury.bench.peers.isolated import IsolatedPeer
 from augury.bench.runner import log
 from augury.bench.scenarios import Limit, Setup
+
+
+# peers run in child processes (augury/bench/peers/isolated.py says why); these build them there
+LLAMA_CPP = "augury.bench.peers.llamacpp_peer:LlamaCppPeer.load"
+HF = "augury.bench.peers.hf_peer:HFPeer.load"
 
 
 def model_path(opts: BenchOptions) -> Path:
@@ -52,23 +58,20 @@ def build_setup(opts: BenchOptions, scenario: str) -> Setup:
     peers: dict[str, Peer] = {}
     is_gguf = path.suffix.lower() == ".gguf"
     if "llama.cpp" in opts.peers:
-        from augury.bench.peers.llamacpp_peer import LlamaCppPeer
-
-        log(f"loading llama.cpp on {path.name}")
-        p = load_peer("llama.cpp", lambda: LlamaCppPeer.load(path, eos, opts.threads), skipped)
+        log(f"loading llama.cpp on {path.name} (in a process of its own)")
+        p = load_peer("llama.cpp", lambda: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads), skipped)
         if p:
             peers[p.name] = p
             if scenario == "spec":
                 for k in opts.pld_tokens:
                     q = load_peer(f"llama.cpp-pld{k}",
-                                  lambda k=k: LlamaCppPeer.load(path, eos, opts.threads, prompt_lookup=k), skipped)
+                                  lambda k=k: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads, prompt_lookup=k),
+                                  skipped)
                     if q:
                         peers[q.name] = q
     if "hf" in opts.peers and scenario != "spec":
-        from augury.bench.peers.hf_peer import HFPeer
-
-        log(f"loading HF transformers on {path.name} (fp32; dequantizing takes a while)")
-        p = load_peer("hf", lambda: HFPeer.load(path, eos, opts.threads), skipped)
+        log(f"loading HF transformers on {path.name} (fp32, in a process of its own; dequantizing takes a while)")
+        p = load_peer("hf", lambda: IsolatedPeer(HF, path, eos, opts.threads, threads=opts.threads), skipped)
         if p:
             peers[p.name] = p
     limit = None

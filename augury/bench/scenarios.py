@@ -14,6 +14,7 @@ from augury.bench.peers.base import Peer
 from augury.bench.prompts import batch_prompts, filler_ids, load_task_set
 from augury.bench.report import ScenarioReport, Target
 from augury.bench.runner import Measure, Sample, run_case
+from augury.engine.threads import run_in_fresh_thread
 
 
 @dataclass
@@ -23,12 +24,14 @@ class Limit:
     facts: ModelFacts
     device: torch.device
 
+    # measured in a thread that exits: a parallel op on the harness's own thread would leave an
+    # OpenMP pool behind and slow augury's engine thread (augury/engine/threads.py)
     def decode(self, batch: int = 1) -> Sample:
-        bw = measure_bandwidth(self.device)
+        bw = run_in_fresh_thread(lambda: measure_bandwidth(self.device))
         return Sample(self.facts.decode_limit(bw, batch), {"bandwidth_GBps": bw / 1e9})
 
     def prefill(self, prompt_len: int, dtype: torch.dtype = torch.float32) -> Sample:
-        fl = measure_matmul(self.device, dtype=dtype)
+        fl = run_in_fresh_thread(lambda: measure_matmul(self.device, dtype=dtype))
         return Sample(self.facts.prefill_limit(fl, prompt_len), {"matmul_GFLOPs": fl / 1e9})
 
 
@@ -140,8 +143,8 @@ def _calibrate_drafting(peer: Peer) -> None:
         return
     from augury.spec.calibrate import measure_step_costs
 
-    coord.policy.curve = measure_step_costs(eng.loaded.model, eng.pool, eng.blocks, eng.runner.windows,
-                                            eng.loaded.device)
+    coord.policy.curve = run_in_fresh_thread(lambda: measure_step_costs(
+        eng.loaded.model, eng.pool, eng.blocks, eng.runner.windows, eng.loaded.device))
 
 
 def spec(s: Setup) -> ScenarioReport:

@@ -28,6 +28,7 @@ from augury.engine.loader import LoadedModel, load_model
 from augury.engine.model_runner import ModelRunner
 from augury.engine.request import Request
 from augury.engine.sampler import make_generator
+from augury.engine.threads import run_in_fresh_thread
 from augury.engine.scheduler import Scheduler, SchedulerConfig
 from augury.engine.types import GenerationResult, SamplingParams
 from augury.kv.block_manager import BlockClasses, BlockManager, KVGroup
@@ -127,12 +128,18 @@ class Engine:
         from augury.engine.random_model import load_random
 
         config = EngineConfig(model=f"random:{shape}", **kwargs)
-        return cls(load_random(shape, config), config)
+        return run_in_fresh_thread(lambda: cls(load_random(shape, config), config))
 
     @classmethod
     def from_model(cls, model: str = "smollm2", **kwargs: Any) -> "Engine":
-        config = EngineConfig(model=model, **kwargs)
-        return cls(load_model(config), config)
+        return cls.build(EngineConfig(model=model, **kwargs))
+
+    @classmethod
+    def build(cls, config: EngineConfig) -> "Engine":
+        """Load `config.model` and start the engine. Loading runs in a thread of its own that
+        exits afterwards, so the engine thread is the only one holding OpenMP workers
+        (see augury/engine/threads.py: on 2 cores that is worth ~40% of a decode step)."""
+        return run_in_fresh_thread(lambda: cls(load_model(config), config))
 
     # ---- public API (any thread) -------------------------------------------
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
