@@ -150,37 +150,50 @@ def host_step_ms(engine: Engine, steps: int = 64) -> float:
 
 
 def profile_decode(engine: Engine, batch: int, prompt_len: int = 1024, steps: int = 16, top: int = 30) -> dict:
-    """Kernels of `steps` plain decode steps (no bursts; CUDA graph replays are recorded
-    kernel by kernel): per kernel name, launches and GPU µs per step, longest first.
-    Prefill runs before the profiler starts."""
+    """Kernels of about `steps` plain decode steps at exactly `batch` rows (no bursts; CUDA
+    graph replays are recorded kernel by kernel): per kernel name, launches and GPU µs per
+    step, longest first. Every prefill is done before the profiler starts, and max_tokens
+    leaves room so that no request finishes inside the window. Steps are counted from the
+    greedy sampler's argmax launches (one per step), not from tokens read, since the engine
+    thread keeps stepping while this one starts and stops the profiler. The wall time per
+    step includes the profiler's own overhead."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = engine.loaded.device.type == "cuda"  # elsewhere: CPU ops of this thread (a smoke test only)
     g = torch.Generator().manual_seed(2)
     V = engine.model_config.vocab_size
-    sp = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+    sp = SamplingParams(max_tokens=3 * steps + 64, temperature=0.0, ignore_eos=True)
     saved = engine.core.burst
     engine.core.burst = 0
+    handles = [engine.submit(torch.randint(0, V, (prompt_len,), generator=g).tolist(), sp) for _ in range(batch)]
+    its = [iter(h) for h in handles]
     try:
-        its = [iter(engine.submit(torch.randint(0, V, (prompt_len,), generator=g).tolist(), sp))
-               for _ in range(batch)]
         for it in its:
             next(it)
+        got = 0
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-            n = sum(len(out.token_ids) for it in its for out in it)
+            while got < steps:  # request 0 is never behind the others: they all step together
+                got += len(next(its[0]).token_ids)
             _sync()
         wall = time.perf_counter() - t0
     finally:
         engine.core.burst = saved
+        for h in handles:
+            h.cancel()
+        for it in its:
+            for _ in it:
+                pass
     per: dict[str, list[float]] = {}
     for ev in prof.events():
         if ev.device_type == (torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU):
             per.setdefault(ev.name, []).append(ev.time_range.elapsed_us())
-    n_steps = n / batch
+    argmax = sum(len(v) for k, v in per.items() if "ArgMax" in k or k == "aten::argmax")
+    n_steps = argmax or got
     kernels = sorted(({"name": k[:120], "launches_per_step": len(v) / n_steps, "us_per_step": sum(v) / n_steps}
                       for k, v in per.items()), key=lambda r: -r["us_per_step"])
-    return {"batch": batch, "steps": n_steps, "wall_ms_per_step": wall / n_steps * 1e3,
+    return {"batch": batch, "steps": n_steps, "steps_from": "argmax launches" if argmax else "tokens read",
+            "wall_ms_per_step": wall / max(got, 1) * 1e3,
             "gpu_us_per_step": sum(r["us_per_step"] for r in kernels),
             "launches_per_step": sum(r["launches_per_step"] for r in kernels),
             "layers": engine.model_config.num_layers, "kernels": kernels[:top]}
