@@ -214,6 +214,31 @@ def test_compiled_attend_paged_calls_the_kernel_as_one_op():
     torch._dynamo.reset()
 
 
+@cuda_only
+def test_compiled_paged_attention_writes_kv_and_calls_the_op():
+    """The CUDA branch of `paged_attention` under torch.compile: K/V written into the pool
+    first, then the kernel (one custom op) reads it; same result and pool as eager."""
+    import torch._dynamo.testing as dynamo_testing
+
+    from augury.layers.attention import paged_attention
+
+    q4, kp, vp, gm = _case([(17, 1), (30, 1), (12, 2), (5, 4)], seed=13, num_blocks=40)
+    kp, vp = kp.nan_to_num(), vp.nan_to_num()
+    T, H, Hkv, D = 8, q4.shape[2], kp.shape[1], q4.shape[3]
+    g = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(T, h, D, generator=g).to(DEV) for h in (H, Hkv, Hkv))
+    kp2, vp2 = kp.clone(), vp.clone()
+    ref = paged_attention(q, k, v, kp2, vp2, gm, 0.125, None)
+    torch._dynamo.reset()
+    rec = dynamo_testing.AotEagerAndRecordGraphs()
+    got = torch.compile(paged_attention, backend=rec, fullgraph=True, dynamic=True)(q, k, v, kp, vp, gm, 0.125, None)
+    torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(kp, kp2)
+    ops = [n.target for g in rec.fw_graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert ops.count(torch.ops.augury.paged_decode_attention.default) == 2
+    torch._dynamo.reset()
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)
