@@ -67,18 +67,67 @@ SCHEMES = ["turbo", "turbo:k4v3", "turbo:k8v5", "turbo:ck4v2", "affine4", "affin
 
 @here
 @pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("splits,bcast", [(2, False), (1, True)])
-def test_kernel_equals_dequantize_then_attend(scheme, splits, bcast):
+@pytest.mark.parametrize("splits,bcast,runs", [(2, False, False), (1, True, False), (2, True, True), (1, True, True)])
+def test_kernel_equals_dequantize_then_attend(scheme, splits, bcast, runs):
     # decode (1 row), a verify window (4 rows) and a shorter one in the same padded batch;
-    # one split writes the output directly; bcast loads group scales once per row
+    # one split writes the output directly; bcast loads group scales once per row (per-element
+    # path); runs decodes whole runs of codes per load (test_runs_path_is_taken says where)
     qp, ks, vs, gm = _case(scheme, [(37, 1), (20, 4), (9, 2)])
     assert fused_supported(ks, vs, gm.max_q, qp.shape[2])
     bias = gm.additive_mask(torch.float32)
     out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, None, num_splits=splits, block_n=16,
-                                   group_bcast=bcast)
+                                   group_bcast=bcast, runs=runs)
     ref = _reference(qp, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
     assert out.shape == ref.shape
     torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+
+
+@here
+@pytest.mark.parametrize("scheme", ["turbo", "affine4", "turbo:ck4v2"])
+@pytest.mark.parametrize("early_v,prefetch", [(True, False), (False, True), (True, True)])
+def test_runs_scheduling_variants(scheme, early_v, prefetch):
+    # values loaded before q.k, and slots loaded one tile ahead: the same function of the cache
+    qp, ks, vs, gm = _case(scheme, [(37, 1), (20, 4), (9, 2)], seed=6)
+    bias = gm.additive_mask(torch.float32)
+    out = encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, 0.125, None, num_splits=2, block_n=16,
+                                   runs=True, early_v=early_v, prefetch=prefetch)
+    ref = _reference(qp, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+
+
+def test_runs_path_is_taken():
+    # the runs decode must cover the schemes it claims (else the test above checks the old path twice)
+    from augury.kv.codecs.triton_attention import _side_args, runs_supported
+
+    def sides(scheme, D=64):
+        codec = parse_codec(scheme, group_size=32 if scheme.startswith("affine") else None)
+        codec.bind(D)
+        out = []
+        for side in (codec.key, codec.value):
+            st = EncodedStore(side, 8, 2, D, torch.float32, "cpu")
+            codes, _, _, kind, bits, group = _side_args(st)
+            out.append(runs_supported(kind, bits, group, D, codes))
+        return out
+
+    assert sides("turbo") == [True, True]
+    assert sides("turbo:k4v3") == [True, True]
+    assert sides("turbo:ck4v2") == [True, True]  # 4-bit codebook keys through the pair table
+    assert sides("affine4") == [True, True] and sides("affine8") == [True, True]
+    assert sides("turbo:k8v5") == [True, False]  # 5-bit codebook values: per-element path
+    assert sides("affine4", D=96) == [False, False]  # not a power of two
+
+
+def test_pair_table_holds_adjacent_centroids():
+    from augury.kv.codecs.triton_attention import pair_table
+    from augury.kv.codecs.turboquant import codebook
+
+    for bits in (2, 3, 4):
+        c, t = codebook(bits), pair_table(bits, torch.device("cpu"))
+        n = 1 << bits
+        lo = (t & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+        hi = (t >> 32).to(torch.int32).view(torch.float32)
+        a, b = torch.arange(n * n) % n, torch.arange(n * n) // n
+        assert torch.equal(lo, c[a]) and torch.equal(hi, c[b])
 
 
 @here
@@ -190,7 +239,7 @@ def test_half_precision_compute_dtype():
     ks.dtype = vs.dtype = dt
     q = qp.to(dt)
     out = encoded_decode_attention(q, ks, vs, gm.gather_slots, gm.additive_mask(dt), 0.125, None, num_splits=2,
-                                   block_n=16)
+                                   block_n=32)
     assert out.dtype == dt
     ref = _reference(q, ks, vs, gm.gather_slots, gm.mask, 0.125, None)
     torch.testing.assert_close(out.float(), ref.float(), atol=3e-3, rtol=3e-3)
