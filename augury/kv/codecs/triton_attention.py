@@ -20,8 +20,8 @@ native kernel's tiles do. Codebook values of <= 4 bits are looked up two at a ti
 table of centroid pairs (one 8-byte load per two values). The older per-element path stays
 for shapes the runs path does not take (head_dim not a power of two, 5/8-bit codebooks).
 On CUDA an opaque register move fences the decoded tile: without it Triton hoists the
-dot-operand layout conversion above the decode, onto every small load (measured: 2-3x more
-shared-memory round trips and barriers per tile).
+dot-operand layout conversion above the decode, onto every small load (sm_90 SASS: about
+twice the barriers per tile; H200, B=8 at 8k: turbo 142 -> 126 us, affine4 141 -> 103 us).
 
 Rotations stay outside: the caller rotates queries for rotated keys and
 un-rotates the output for rotated values, exactly as the eager path does.
