@@ -355,8 +355,12 @@ def _attend_segment(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: Grou
     if kc.dtype != q.dtype:
         kc, vc = kc.to(q.dtype), vc.to(q.dtype)
     if softcap is None:
+        # under torch.compile(dynamic=True) the head counts are symbolic and SDPA takes only a
+        # plain bool (a SymBool broke the graph at every prefill layer); GQA with equal head
+        # counts is the same attention, so compiled graphs always pass True
+        gqa = True if torch.compiler.is_compiling() else kc.shape[1] != H
         o = F.scaled_dot_product_attention(
-            qp, kc, vc, attn_mask=gmeta.additive_mask(q.dtype), scale=scale, enable_gqa=kc.shape[1] != H
+            qp, kc, vc, attn_mask=gmeta.additive_mask(q.dtype), scale=scale, enable_gqa=gqa
         )
     else:
         # the additive mask, not the bool one: under CUDA graphs only the additive mask is refilled

@@ -212,3 +212,31 @@ def test_decode_path_agrees_with_sdpa(dtype):
                                           scale=0.25, enable_gqa=True).view(B, H, D)
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("heads", [(4, 2), (2, 2)])
+def test_sdpa_segment_compiles_dynamic_without_graph_breaks(heads):
+    """Prefill-wide segments under torch.compile(dynamic=True): one graph, no break on SDPA's
+    enable_gqa (symbolic head counts), same output as eager — with and without GQA."""
+    from torch._dynamo.utils import counters
+
+    from augury.layers.attention import _attend_segment
+
+    H, Hkv = heads
+    D, bs = 16, 16
+    g = torch.Generator().manual_seed(0)
+    pool_k, pool_v = torch.randn(8 * bs, Hkv, D, generator=g), torch.randn(8 * bs, Hkv, D, generator=g)
+
+    def seg(q, gm):
+        return _attend_segment(q, lambda s: pool_k.index_select(0, s), lambda s: pool_v.index_select(0, s),
+                               gm, 0.25, None)
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(seg, dynamic=True, backend="eager")
+    for T, ctx in [(20, 0), (24, 0), (30, 16)]:
+        gm = build_attention_metadata([SeqSpec(ctx, T, {"full": list(range(8))})], bs, {"full": None},
+                                      torch.device("cpu")).groups["full"]
+        q = torch.randn(T, H, D, generator=g)
+        torch.testing.assert_close(compiled(q, gm), seg(q, gm))
+    assert dict(counters["graph_break"]) == {}
