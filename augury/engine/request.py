@@ -43,7 +43,8 @@ class Request:
     draft_ids: list[int] = field(default_factory=list)
     draft_probs: Any = None
     spec_stats: Any = None
-    spec_alpha: float = 0.7
+    spec_alpha: float = 0.7  # acceptance of a later draft given the earlier ones passed (spec/coordinator.py)
+    spec_alpha_first: float = 0.7  # acceptance of a round's first draft
     # KV codec: run key (requests of one codec attend together), block storage classes
     # (kv.block_manager.BlockClasses; None = the pool's first class), what usage reports
     kv_key: str = ""

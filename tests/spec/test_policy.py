@@ -6,9 +6,11 @@ from augury.spec.calibrate import StepCostCurve
 from augury.spec.coordinator import DraftPolicy
 
 
-def req(alpha: float) -> Request:
+def req(alpha: float, first: float | None = None) -> Request:
+    """alpha: later-draft acceptance; first: the first draft's (default: the same, i.e. geometric)."""
     r = Request("r", [1, 2, 3], SamplingParams())
     r.spec_alpha = alpha
+    r.spec_alpha_first = alpha if first is None else first
     return r
 
 
@@ -38,18 +40,21 @@ def test_acceptance_ema_and_fixed_mode():
     r = req(0.7)
     assert p.length(r, 32) == 6
     p.update(r, 4, 0)
-    assert r.spec_alpha < 0.7
+    assert r.spec_alpha_first < 0.7 and r.spec_alpha == 0.7  # only the first position was tested
 
 
 def test_draft_length_maximizes_expected_tokens_per_step_time():
-    """Brute force over n: the policy's choice has the best (1 + α + ... + α^n) / cost(1 + n)."""
+    """Brute force over n: the policy's choice has the best (1 + α₀(1 + α + ... + α^(n-1))) / cost(1 + n)."""
     curve = StepCostCurve((1, 2, 3, 4, 5, 8, 9, 12, 16), (1.0, 1.3, 1.6, 1.9, 2.6, 3.5, 4.2, 5.1, 6.4))
     p = DraftPolicy(max_draft=10, curve=curve)
-    for alpha in (0.2, 0.5, 0.7, 0.8, 0.9, 0.95):
-        def rate(n):
-            return sum(alpha ** i for i in range(n + 1)) / curve.cost(1 + n)
-        best = max(range(11), key=lambda n: (rate(n), -n))
-        assert p.length(req(alpha), 1) == best, alpha
+    for first in (None, 0.3, 0.6):
+        for alpha in (0.2, 0.5, 0.7, 0.8, 0.9, 0.95):
+            a0 = alpha if first is None else first
+
+            def rate(n):
+                return (1 + a0 * sum(alpha ** i for i in range(n))) / curve.cost(1 + n)
+            best = max(range(11), key=lambda n: (rate(n), -n))
+            assert p.length(req(alpha, first), 1) == best, (first, alpha)
 
 
 def test_no_over_drafting_when_each_row_costs_a_third_of_a_step():
@@ -60,17 +65,53 @@ def test_no_over_drafting_when_each_row_costs_a_third_of_a_step():
 
 
 def test_acceptance_counts_only_the_positions_a_round_tested():
-    """10 drafted, 3 accepted: positions 1-3 passed, 4 failed, 5-10 were never tested -> 3/4."""
+    """10 drafted, 3 accepted: position 1 passed (α₀), positions 2-3 passed and 4 failed (α: 2/3),
+    5-10 were never tested."""
     p = DraftPolicy(ema=1.0)
     r = req(0.5)
     p.update(r, 10, 3)
-    assert abs(r.spec_alpha - 0.75) < 1e-12
-    p.update(r, 4, 4)  # all accepted: 4 successes in 4 trials
-    assert r.spec_alpha == 1.0
-    p.update(r, 5, 0)
-    assert r.spec_alpha == 0.0
+    assert r.spec_alpha_first == 1.0 and abs(r.spec_alpha - 2 / 3) < 1e-12
+    p.update(r, 4, 4)  # all accepted: later positions 3 successes in 3 trials
+    assert r.spec_alpha_first == 1.0 and r.spec_alpha == 1.0
+    p.update(r, 5, 0)  # the first draft failed: later positions untested
+    assert r.spec_alpha_first == 0.0 and r.spec_alpha == 1.0
+    p.update(r, 1, 1)  # one draft, accepted: no later position tested
+    assert r.spec_alpha_first == 1.0 and r.spec_alpha == 1.0
     p.update(r, 0, 0)  # nothing drafted: nothing learned
-    assert r.spec_alpha == 0.0
+    assert r.spec_alpha_first == 1.0 and r.spec_alpha == 1.0
+
+
+def test_bursty_acceptance_drafts_on_after_a_miss():
+    """Prompt lookup misses at the first token often but, once right, stays right: with α₀ = 0.3
+    and α = 0.9 a run of drafts pays; one geometric rate of 0.3 would stop at two."""
+    curve = StepCostCurve((1, 2, 3, 4, 5, 8, 9, 12, 16), (1.0, 1.05, 1.1, 1.15, 1.6, 1.75, 2.2, 2.4, 3.0))
+    p = DraftPolicy(max_draft=10, curve=curve)
+    assert p.length(req(0.3), 1) == 2
+    assert p.length(req(0.9, first=0.3), 1) == 3
+
+
+def test_a_request_that_stopped_drafting_probes_again():
+    """α₀ near 0 after misses: the policy drafts nothing, and steps without drafts move α₀ back
+    toward the prior, so the request probes again instead of never learning more."""
+    from augury.spec.coordinator import SpecCoordinator
+
+    curve = StepCostCurve((1, 2, 3, 4, 64), (1.0, 1.08, 1.16, 1.25, 10.0))
+    p = DraftPolicy(max_draft=4, curve=curve)
+    r = req(0.9, first=0.0)
+    r.spec_method = "ngram"
+    r.num_computed = r.num_tokens - 1  # decoding
+    assert p.length(r, 1) == 0
+    coord = SpecCoordinator({"ngram": None}, p)
+    steps = 0
+    while p.length(r, 1) == 0:
+        coord.propose([r], max_model_len=1000)  # nothing drafted -> rest()
+        steps += 1
+        assert steps < 5
+    assert 0.0 < r.spec_alpha_first < p.prior
+    fixed = DraftPolicy(max_draft=4, adaptive=False)
+    r2 = req(0.9, first=0.0)
+    fixed.rest(r2)
+    assert r2.spec_alpha_first == 0.0  # fixed mode keeps no state to recover
 
 
 def test_calibration_ignores_a_load_spike(monkeypatch):
