@@ -117,11 +117,9 @@ def attention_only(cfg: ModelConfig, schemes: list[str], ctx: int, batches: list
 def _decode_tok_s(engine, batch: int, prompt_len: int, new_tokens: int, reps: int, seed: int) -> dict:
     """Aggregate decode tok/s: prompts are prefilled once (max_tokens=1), then rerun as
     prefix hits so every request starts decoding in the same step; only decode is timed."""
-    V = engine.model_config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, V, (prompt_len,), generator=g).tolist() for _ in range(batch)]
-    for p in prompts:
-        engine.generate(p, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+    from augury.bench.kv_gpu_paired import prefilled_prompts
+
+    prompts = prefilled_prompts(engine, batch, prompt_len, seed)
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     rates, cached = [], []
     for r in range(reps + 1):
