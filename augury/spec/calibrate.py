@@ -1,7 +1,7 @@
 """Measure what one more verify token costs, so the draft policy knows when to stop.
 
 At start-up (only when speculation is configured) the engine times forwards of
-T tokens (one request: a decode token plus T-1 draft slots after a 64-token
+T tokens (one request: a decode token plus T-1 draft slots after a 256-token
 context) for T in 1..64. The draft policy reads from that curve what a verify step of
 1 + n tokens per request costs relative to a plain decode step at the current batch size,
 and picks the n with the best expected tokens per unit of time.
@@ -19,7 +19,11 @@ from augury.layers.attention import SeqSpec, build_attention_metadata
 
 # dense at verify sizes: the CPU int4 kernel works in tiles of 4 rows, so its cost steps at 5 and 9
 SIZES = (1, 2, 3, 4, 5, 8, 9, 12, 16, 32, 64)
-CONTEXT = 64
+# A chat-sized context: on the CPU each verify row is attended on its own (bitwise exactness),
+# so a row's cost grows with the context, and a curve measured at 64 tokens made long windows
+# look cheaper than they are at real lengths (grounded set, SmolLM2 int4: ngram 1.64-1.74x plain
+# with the 64-token curve, 1.66-1.82x with this one, same runs)
+CONTEXT = 256
 CALIB_ID = "__spec_calibration__"
 
 
