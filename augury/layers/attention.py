@@ -72,13 +72,7 @@ class GroupAttnMeta:
 
     def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
         """The mask as 0 / -inf in `dtype`, built on the first layer and reused by the rest
-        (a bool mask costs SDPA a conversion per layer). Not cached inside a torch.compile
-        trace: a cache filled as a side effect becomes a guard on the dict's contents, and a
-        step whose metadata arrives with the cache filled (or not) recompiled the whole forward
-        (H200 B=64: 8 recompiles, then dynamo's limit and an eager fallback)."""
-        if torch.compiler.is_compiling():
-            return torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device).masked_fill_(
-                ~self.mask, float("-inf"))
+        (a bool mask costs SDPA a conversion per layer)."""
         bias = self._bias.get(dtype)
         if bias is None:
             bias = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)

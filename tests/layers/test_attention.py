@@ -240,31 +240,3 @@ def test_sdpa_segment_compiles_dynamic_without_graph_breaks(heads):
         q = torch.randn(T, H, D, generator=g)
         torch.testing.assert_close(compiled(q, gm), seg(q, gm))
     assert dict(counters["graph_break"]) == {}
-
-
-def test_compiled_segment_does_not_recompile_on_the_mask_cache():
-    """The additive-mask cache is bypassed inside a trace: steps whose metadata arrives with the
-    cache filled or empty run the same compiled graph (a guard on the cache's contents had the
-    whole forward recompile until dynamo gave up)."""
-    from torch._dynamo.utils import counters
-
-    from augury.layers.attention import _attend_segment
-
-    H, Hkv, D, bs = 4, 2, 16, 16
-    g = torch.Generator().manual_seed(1)
-    pk, pv = torch.randn(8 * bs, Hkv, D, generator=g), torch.randn(8 * bs, Hkv, D, generator=g)
-
-    def seg(q, gm):
-        return _attend_segment(q, lambda s: pk.index_select(0, s), lambda s: pv.index_select(0, s), gm, 0.25, None)
-
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(seg, dynamic=True, backend="eager")
-    for i in range(4):
-        gm = build_attention_metadata([SeqSpec(8, 24, {"full": list(range(8))})], bs, {"full": None},
-                                      torch.device("cpu")).groups["full"]
-        if i % 2:
-            gm.additive_mask(torch.float32)  # this step's cache is already filled
-        q = torch.randn(24, H, D, generator=g)
-        torch.testing.assert_close(compiled(q, gm), seg(q, gm))
-    assert counters["stats"]["unique_graphs"] == 1
