@@ -144,7 +144,7 @@ def _calibrate_drafting(peer: Peer) -> None:
     from augury.spec.calibrate import measure_step_costs
 
     coord.policy.curve = run_in_fresh_thread(lambda: measure_step_costs(
-        eng.loaded.model, eng.pool, eng.blocks, eng.runner.windows, eng.loaded.device))
+        eng.loaded.model, eng.pool, eng.blocks, eng.runner.windows, eng.loaded.device, max_len=eng.max_model_len))
 
 
 def spec(s: Setup) -> ScenarioReport:

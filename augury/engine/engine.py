@@ -112,7 +112,8 @@ class Engine:
             if config.spec_adaptive:  # requests may turn speculation on even when the default is off
                 from augury.spec.calibrate import measure_step_costs
 
-                curve = measure_step_costs(loaded.model, self.pool, self.blocks, self.runner.windows, loaded.device)
+                curve = measure_step_costs(loaded.model, self.pool, self.blocks, self.runner.windows, loaded.device,
+                                           max_len=self.max_model_len)
             self.core.spec = SpecCoordinator(self.drafters, DraftPolicy(
                 max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive, curve=curve))
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()

@@ -50,22 +50,28 @@ class StepCostCurve:
 
 
 def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: torch.device,
-                       reps: int = 3) -> StepCostCurve | None:
-    """None when the pool cannot spare the scratch blocks (the policy keeps its default)."""
-    got = blocks.admit(CALIB_ID, list(range(CONTEXT + SIZES[-1])), max_new=1 << 30)
+                       reps: int = 3, max_len: int | None = None) -> StepCostCurve | None:
+    """None when the pool cannot spare the scratch blocks (the policy keeps its default).
+    `max_len` (the engine's context window): positions stay below it, so an engine with a short
+    window measures fewer sizes after a shorter context instead of running past its rope table."""
+    sizes = SIZES if max_len is None else tuple(T for T in SIZES if T < max_len)
+    context = CONTEXT if max_len is None else min(CONTEXT, max_len - sizes[-1])
+    if len(sizes) < 2:  # no curve to interpolate
+        return None
+    got = blocks.admit(CALIB_ID, list(range(context + sizes[-1])), max_new=1 << 30)
     if got is None:
         return None
     try:
         tables = blocks.block_tables(CALIB_ID)
-        metas = [build_attention_metadata([SeqSpec(CONTEXT, T, tables)], blocks.block_size, windows, device,
-                                          getattr(pool, "class_ranges", None)) for T in SIZES]
-        best = [float("inf")] * len(SIZES)
+        metas = [build_attention_metadata([SeqSpec(context, T, tables)], blocks.block_size, windows, device,
+                                          getattr(pool, "class_ranges", None)) for T in sizes]
+        best = [float("inf")] * len(sizes)
         with torch.inference_mode():
             # sizes round-robin and the fastest of each: a load spike on a shared machine then
             # costs one sample, not a whole size (which the monotone fix below would spread
             # to every larger size)
             for r in range(reps + 1):
-                for i, (T, meta) in enumerate(zip(SIZES, metas)):
+                for i, (T, meta) in enumerate(zip(sizes, metas)):
                     ids = torch.ones(T, dtype=torch.long, device=device)
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
@@ -77,6 +83,6 @@ def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: to
         # costs never fall with more tokens
         for i in range(1, len(best)):
             best[i] = max(best[i], best[i - 1])
-        return StepCostCurve(SIZES, tuple(best))
+        return StepCostCurve(sizes, tuple(best))
     finally:
         blocks.free(CALIB_ID)

@@ -153,3 +153,41 @@ def test_calibration_ignores_a_load_spike(monkeypatch):
     assert curve.sizes == cal.SIZES
     for T, t in zip(curve.sizes, curve.seconds):
         assert abs(t - (1 + T / 10)) < 1e-9, (T, t)
+
+
+def test_calibration_stays_inside_a_short_context_window():
+    """An engine whose window is shorter than the default calibration context plus the largest
+    size measures fewer sizes after a shorter context; no position reaches the window (the rope
+    table of a 256-token engine ended at 255 and the start-up calibration indexed past it)."""
+    import torch
+
+    import augury.spec.calibrate as cal
+
+    seen = []
+
+    class FakeBlocks:
+        block_size = 16
+
+        def admit(self, *a, **k):
+            return True
+
+        def block_tables(self, _):
+            return {"full": list(range(64))}
+
+        def free(self, _):
+            pass
+
+    class FakeModel:
+        def __call__(self, ids, positions, meta, pool):
+            seen.append(int(positions.max()))
+            return torch.zeros(ids.shape[0], 4)
+
+        def compute_logits(self, h):
+            return h
+
+    curve = cal.measure_step_costs(FakeModel(), object(), FakeBlocks(), {"full": None}, torch.device("cpu"),
+                                   max_len=100)
+    assert curve.sizes == tuple(T for T in cal.SIZES if T < 100) and curve.sizes[-1] == 64
+    assert max(seen) == 99  # context 36 + 64 tokens: the last position is the window's last
+    assert cal.measure_step_costs(FakeModel(), object(), FakeBlocks(), {"full": None}, torch.device("cpu"),
+                                  max_len=2) is None  # one size: nothing to interpolate
