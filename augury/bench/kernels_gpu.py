@@ -153,6 +153,30 @@ def _attention_case(B: int, ctx: int, max_q: int, H: int, Hkv: int, D: int, dev:
     return gm, B * per * bs
 
 
+def encoded_copies(codec, n_slots: int, D: int, dtype: torch.dtype, dev: torch.device, kp: torch.Tensor,
+                   vp: torch.Tensor, copies: int = 1) -> list:
+    """`copies` (key store, value store) pairs of the bound `codec`, each holding kp/vp
+    [n_slots, Hkv, D] encoded: the first written in chunks of 64k rows (bounded temporaries),
+    the rest copied from it (same contents, distinct memory, so timed replays read past the L2)."""
+    from augury.kv.codecs import EncodedStore
+
+    Hkv = kp.shape[1]
+    all_slots = torch.arange(n_slots, device=dev)
+    stores: list = []
+    for _ in range(copies):
+        ks = EncodedStore(codec.key, n_slots, Hkv, D, dtype, dev)
+        vs = EncodedStore(codec.value, n_slots, Hkv, D, dtype, dev)
+        if not stores:
+            for lo in range(0, n_slots, 65536):
+                ks.write(all_slots[lo:lo + 65536], kp[lo:lo + 65536])
+                vs.write(all_slots[lo:lo + 65536], vp[lo:lo + 65536])
+        else:
+            for dst, src in zip((*ks.parts, *vs.parts), (*stores[0][0].parts, *stores[0][1].parts)):
+                dst.copy_(src)
+        stores.append((ks, vs))
+    return stores
+
+
 def bench_attention(cases, H, Hkv, D, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
     from augury.layers.attention import attend
     from augury.layers.triton_paged_decode import num_splits_for, paged_decode_attention
@@ -295,7 +319,7 @@ def int4_model_estimate(rows: list[dict], layers: int = 32) -> dict:
 
 
 def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadline: float, res: dict, save) -> None:
-    from augury.kv.codecs import EncodedStore, parse_codec
+    from augury.kv.codecs import parse_codec
     from augury.kv.codecs import triton_attention as ta
     from augury.layers.attention import attend
     from augury.layers.triton_paged_decode import paged_decode_attention
@@ -318,28 +342,13 @@ def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadli
         nat = time_calls([(lambda kp=kp, vp=vp: paged_decode_attention(qp, kp, vp, gm.gather_slots, bias, scale))
                           for kp, vp in pools], dev)
         row = {"batch": B, "ctx": ctx, "native_current_us": cur, "native_kernel_us": nat}
-        all_slots = torch.arange(n_slots, device=dev)
         for name in schemes:
             codec = parse_codec(name)
             codec.bind(D)
-            stores = []
-            kp, vp = pools[0]
-            enc_bytes = None
-            for i in range(L):
-                ks = EncodedStore(codec.key, n_slots, Hkv, D, dt, dev)
-                vs = EncodedStore(codec.value, n_slots, Hkv, D, dt, dev)
-                if i == 0:
-                    for lo in range(0, n_slots, 65536):
-                        ks.write(all_slots[lo:lo + 65536], kp[lo:lo + 65536])
-                        vs.write(all_slots[lo:lo + 65536], vp[lo:lo + 65536])
-                    enc_bytes = sum(t.numel() * t.element_size() for t in (*ks.parts, *vs.parts)) \
-                        * (B * gm.max_kv) / n_slots
-                else:  # same contents, distinct memory
-                    for dst, src in zip((*ks.parts, *vs.parts), (*stores[0][0].parts, *stores[0][1].parts)):
-                        dst.copy_(src)
-                stores.append((ks, vs))
-            if stores and L < copies_for(int(enc_bytes)):
-                pass  # native copies already exceed the L2 several times; encoded ones are smaller still
+            # as many copies as native needed: encoded ones are smaller, so they exceed the L2 too
+            stores = encoded_copies(codec, n_slots, D, dt, dev, *pools[0], copies=L)
+            enc_bytes = sum(t.numel() * t.element_size() for t in (*stores[0][0].parts, *stores[0][1].parts)) \
+                * (B * gm.max_kv) / n_slots
 
             def call(ks, vs, **kw):
                 return lambda: ta.encoded_decode_attention(qp, ks, vs, gm.gather_slots, bias, scale, None, **kw)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import torch
 
+from augury.bench.kernels_gpu import encoded_copies
+from augury.bench.roofline import timed_decode
 from augury.config import ModelConfig
 from augury.engine.random_model import SHAPES
-from augury.bench.roofline import timed_decode
 from augury.engine.types import SamplingParams
 from augury.kv.codecs import EncodedStore, parse_codec
 from augury.kv.pool import parse_bytes, plan_groups
@@ -91,12 +92,7 @@ def attention_only(cfg: ModelConfig, schemes: list[str], ctx: int, batches: list
         for name in schemes:
             codec = parse_codec(name)
             codec.bind(D)
-            ks = EncodedStore(codec.key, slots, Hkv, D, dt, dev)
-            vs = EncodedStore(codec.value, slots, Hkv, D, dt, dev)
-            all_slots = torch.arange(slots, device=dev)
-            for lo in range(0, slots, 65536):  # fill the cache with encoded random rows
-                ks.write(all_slots[lo:lo + 65536], kp[lo:lo + 65536])
-                vs.write(all_slots[lo:lo + 65536], vp[lo:lo + 65536])
+            (ks, vs), = encoded_copies(codec, slots, D, dt, dev, kp, vp)  # the cache holds encoded random rows
             fused_out = encoded_paged_attention(q, k, v, ks, vs, gm, scale, None)
             fused = _median_ms(lambda: encoded_paged_attention(q, k, v, ks, vs, gm, scale, None), iters, dev)
             ks.fused = vs.fused = False
@@ -114,11 +110,19 @@ def attention_only(cfg: ModelConfig, schemes: list[str], ctx: int, batches: list
     return rows
 
 
+def prefilled_prompts(engine, batch: int, prompt_len: int, seed: int) -> list[list[int]]:
+    """Random prompts, prefilled once (max_tokens=1) so later runs start decoding at once (prefix hits)."""
+    V = engine.model_config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, V, (prompt_len,), generator=g).tolist() for _ in range(batch)]
+    for p in prompts:
+        engine.generate(p, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+    return prompts
+
+
 def _decode_tok_s(engine, batch: int, prompt_len: int, new_tokens: int, reps: int, seed: int) -> dict:
     """Aggregate decode tok/s: prompts are prefilled once (max_tokens=1), then rerun as
     prefix hits so every request starts decoding in the same step; only decode is timed."""
-    from augury.bench.kv_gpu_paired import prefilled_prompts
-
     prompts = prefilled_prompts(engine, batch, prompt_len, seed)
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     rates, cached = [], []

@@ -23,22 +23,13 @@ from pathlib import Path
 
 import torch
 
+from augury.bench.kv_gpu import prefilled_prompts
 from augury.bench.roofline import timed_decode
 from augury.engine.types import SamplingParams
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def prefilled_prompts(engine, batch: int, prompt_len: int, seed: int) -> list[list[int]]:
-    """Random prompts, prefilled once (max_tokens=1) so later runs start decoding at once (prefix hits)."""
-    V = engine.model_config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, V, (prompt_len,), generator=g).tolist() for _ in range(batch)]
-    for p in prompts:
-        engine.generate(p, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
-    return prompts
 
 
 def paired_ratios(rates: dict[str, list[float]], base: str = "native") -> dict[str, dict]:

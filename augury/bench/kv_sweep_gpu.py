@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from augury.bench.kernels_gpu import _attention_case, copies_for, coordinate_search, time_calls
+from augury.bench.kernels_gpu import (_attention_case, copies_for, coordinate_search, encoded_copies,
+                                      time_calls)
 
 MAX_DIFF = 0.05  # bf16 outputs of unit-scale attention: a wrong decode is off by O(1)
 
@@ -35,7 +36,7 @@ def _log(msg: str) -> None:
 
 def sweep_case(name: str, B: int, ctx: int, H: int, Hkv: int, D: int, dev: torch.device, case_s: float,
                dt: torch.dtype = torch.bfloat16) -> dict:
-    from augury.kv.codecs import EncodedStore, parse_codec
+    from augury.kv.codecs import parse_codec
     from augury.kv.codecs import triton_attention as ta
     from augury.layers.attention import attend
     from augury.layers.triton_paged_decode import paged_decode_attention
@@ -53,19 +54,7 @@ def sweep_case(name: str, B: int, ctx: int, H: int, Hkv: int, D: int, dev: torch
     del pools
     codec = parse_codec(name)
     codec.bind(D)
-    all_slots = torch.arange(n_slots, device=dev)
-    stores = []
-    for i in range(L):
-        ks = EncodedStore(codec.key, n_slots, Hkv, D, dt, dev)
-        vs = EncodedStore(codec.value, n_slots, Hkv, D, dt, dev)
-        if i == 0:
-            for lo in range(0, n_slots, 65536):
-                ks.write(all_slots[lo:lo + 65536], kp[lo:lo + 65536])
-                vs.write(all_slots[lo:lo + 65536], vp[lo:lo + 65536])
-        else:  # same contents, distinct memory
-            for dst, src in zip((*ks.parts, *vs.parts), (*stores[0][0].parts, *stores[0][1].parts)):
-                dst.copy_(src)
-        stores.append((ks, vs))
+    stores = encoded_copies(codec, n_slots, D, dt, dev, kp, vp, copies=L)
     del kp, vp
     ref = attend(q, stores[0][0].read, stores[0][1].read, gm, scale, None).float()
 
