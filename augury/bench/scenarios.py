@@ -130,26 +130,8 @@ def _batch_measure(p: Peer, prompts: list[list[int]], n: int) -> Measure:
     return measure
 
 
-def _calibrate_drafting(peer: Peer) -> None:
-    """Give augury's draft policy its measured verify-cost curve, as `--spec ngram` would.
-
-    The bench starts the engine with speculation off (each request names its method), and
-    the engine only measures the curve when a default method is configured; without it the
-    policy assumes verify rows are almost free and drafts to the cap. Runs before any
-    request, while the engine thread is idle."""
-    eng = getattr(peer, "engine", None)
-    coord = getattr(getattr(eng, "core", None), "spec", None)
-    if coord is None or coord.policy.curve is not None or not coord.policy.adaptive:
-        return
-    from augury.spec.calibrate import measure_step_costs
-
-    coord.policy.curve = run_in_fresh_thread(lambda: measure_step_costs(
-        eng.loaded.model, eng.pool, eng.blocks, eng.runner.windows, eng.loaded.device, max_len=eng.max_model_len))
-
-
 def spec(s: Setup) -> ScenarioReport:
     o = s.opts
-    _calibrate_drafting(s.augury)
     cases = []
     for set_name in o.spec_sets:
         prompts = [s.tokenizer.encode_chat(t.messages) for t in load_task_set(set_name)]
