@@ -35,6 +35,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     b.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
     b.add_argument("--no-plot", action="store_true")
     b.add_argument("--kv-budget", default=None)
+    b.add_argument("--compile", action="store_true",
+                   help="torch.compile augury's forward (as `augury serve --compile`; the first start compiles)")
     g = b.add_argument_group("scenario sizes")
     g.add_argument("--prefill-lens", type=_ints, default=(1024, 4096))
     g.add_argument("--decode-tokens", type=int, default=256)
@@ -57,6 +59,7 @@ def options_from_args(a: argparse.Namespace):
 
     o = BenchOptions(model=a.model, weights=a.weights, dtype=a.dtype, device=a.device, threads=a.threads,
                      reps=a.reps, warmup=a.warmup, out=Path(a.out), peers=_names(a.peers), kv_budget=a.kv_budget,
+                     compile=a.compile,
                      prefill_lens=a.prefill_lens, decode_tokens=a.decode_tokens, batch_sizes=a.batch_sizes,
                      batch_tokens=a.batch_tokens, hf_max_batch=a.hf_max_batch, spec_sets=a.spec_sets,
                      spec_methods=a.spec_methods, spec_max_tokens=a.spec_max_tokens, spec_layers=a.spec_layers,

@@ -39,7 +39,7 @@ def load_peer(name: str, loader: Callable[[], Peer], skipped: dict[str, str]) ->
 
 def augury_kwargs(opts: BenchOptions, scenario: str) -> dict:
     kw: dict = dict(device=opts.device, dtype=opts.dtype, weights=opts.weights, threads=opts.threads,
-                    kv_budget=opts.kv_budget)
+                    kv_budget=opts.kv_budget, compile=opts.compile)
     if scenario == "batch":
         kw["max_num_seqs"] = max(opts.batch_sizes)
     if scenario == "spec" and "layerskip" in opts.spec_methods:

@@ -20,6 +20,7 @@ class BenchOptions:
     out: Path = Path("bench-out")
     peers: tuple[str, ...] = ALL_PEERS
     kv_budget: str | None = None
+    compile: bool = False  # torch.compile augury's forward (engine --compile)
     # per scenario
     prefill_lens: tuple[int, ...] = (1024, 4096)
     decode_prompt: int = 32
@@ -48,4 +49,4 @@ class BenchOptions:
 
     def engine_dict(self) -> dict:
         return {"model": self.model, "weights": self.weights, "dtype": self.dtype, "device": self.device,
-                "threads": self.threads, "reps": self.reps, "warmup": self.warmup, "peers": list(self.peers)}
+                "threads": self.threads, "compile": self.compile, "reps": self.reps, "warmup": self.warmup, "peers": list(self.peers)}

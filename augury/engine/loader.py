@@ -52,9 +52,31 @@ def pick_dtype(spec: str, device: torch.device) -> torch.dtype:
 
 
 def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
-    """--compile: one graph for every step shape (dynamic=True); compute_logits stays eager."""
-    if cfg.compile:
-        model.forward = torch.compile(model.forward, dynamic=True)
+    """--compile: one graph for every step shape (dynamic=True); compute_logits stays eager.
+
+    Every input the graphs see must look alike from step to step, or dynamo recompiles until its
+    limit (8) and then runs that frame eagerly: so the additive masks are built before the call
+    (CUDA-graph metadata arrives with them, eager steps without: a guard on that cache's keys
+    told the two apart), and on the CPU attention is one opaque op (layers/attention_cpu_op.py)."""
+    if not cfg.compile:
+        return
+    import augury.layers.attention_cpu_op  # noqa: F401  (registers the op CPU graphs call)
+    from augury.layers.attention import prepare_masks
+
+    # what is left is structural and bounded: one row or several (size 1 is always specialized),
+    # a lone batch or several requests, decodes with or without a verify/prefill segment beside
+    # them, prefill sizes past the int4 kernels' dense switch. A long-running server meets more
+    # of those than dynamo's default limit of 8, after which the frame would run eagerly
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    compiled = torch.compile(model.forward, dynamic=True)
+    dtype = next(model.parameters()).dtype
+
+    def forward(input_ids: torch.Tensor, positions: torch.Tensor, meta, kv) -> torch.Tensor:
+        if input_ids.device.type != "cpu":  # CPU graphs never read the masks (the op builds its own)
+            prepare_masks(meta, dtype)
+        return compiled(input_ids, positions, meta, kv)
+
+    model.forward = forward
 
 
 def load_model(cfg: EngineConfig) -> LoadedModel:

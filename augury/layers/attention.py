@@ -81,6 +81,17 @@ class GroupAttnMeta:
         return bias
 
 
+def prepare_masks(meta: "AttentionMetadata", dtype: torch.dtype) -> None:
+    """Build every group's (and segment's) additive mask in `dtype` now, so a compiled forward
+    always finds the cache filled, as it does in CUDA-graph metadata (see engine/loader.py)."""
+    todo = list(meta.groups.values())
+    while todo:
+        gm = todo.pop()
+        gm.additive_mask(dtype)
+        todo.extend(m for _, _, m in gm.parts or ())
+        todo.extend(m for _, _, m, _ in gm.codec_parts or ())
+
+
 @dataclass
 class AttentionMetadata:
     positions: torch.Tensor  # [T] long: absolute position of each query token
@@ -299,6 +310,10 @@ def paged_attention(
         # segments (prefill chunks) keep gather + SDPA inside attend_paged. Under
         # torch.compile the kernel is one opaque custom op (augury::paged_decode_attention)
         return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap)
+    if softcap is None and q.device.type == "cpu" and torch.compiler.is_compiling():
+        from augury.layers.attention_cpu_op import attend_compiled_cpu  # registered by engine/loader.py
+
+        return attend_compiled_cpu(q, k_pool, v_pool, gmeta, scale)
     return attend(q, lambda slots: k_pool.index_select(0, slots), lambda slots: v_pool.index_select(0, slots),
                   gmeta, scale, softcap)
 

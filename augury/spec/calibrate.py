@@ -63,10 +63,12 @@ def measure_step_costs(model: torch.nn.Module, pool, blocks, windows, device: to
         return None
     try:
         tables = blocks.block_tables(CALIB_ID)
-        metas = [build_attention_metadata([SeqSpec(context, T, tables)], blocks.block_size, windows, device,
-                                          getattr(pool, "class_ranges", None)) for T in sizes]
         best = [float("inf")] * len(sizes)
         with torch.inference_mode():
+            # built in inference mode like the runner's: a compiled forward guards on how its
+            # input tensors were made, and calibration would otherwise cost it a recompile
+            metas = [build_attention_metadata([SeqSpec(context, T, tables)], blocks.block_size, windows, device,
+                                              getattr(pool, "class_ranges", None)) for T in sizes]
             # sizes round-robin and the fastest of each: a load spike on a shared machine then
             # costs one sample, not a whole size (which the monotone fix below would spread
             # to every larger size)

@@ -17,14 +17,14 @@ class AuguryPeer:
     @classmethod
     def load(cls, model: str, *, device: str, dtype: str, weights: str, threads: int, max_num_seqs: int = 16,
              spec: str = "off", spec_layers: int | None = None, kv_budget: str | None = None,
-             max_model_len: int | None = None) -> "AuguryPeer":
+             max_model_len: int | None = None, compile: bool = False) -> "AuguryPeer":
         from augury.engine.engine import Engine
 
         # no prefix caching: a repeated prompt must be prefilled again each rep, as it is for the peers
         eng = Engine.from_model(model, device=device, dtype=dtype, weights=weights, threads=threads,
                                 max_num_seqs=max_num_seqs, enable_prefix_caching=False, progress=False,
                                 spec=spec, spec_layers=spec_layers, kv_budget=kv_budget,
-                                max_model_len=max_model_len)
+                                max_model_len=max_model_len, compile=compile)
         return cls(eng)
 
     def _params(self, max_tokens: int, ignore_eos: bool, method: str | None) -> SamplingParams:
