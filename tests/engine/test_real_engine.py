@@ -140,6 +140,13 @@ def test_smollm2_int4_speculation_and_batching_are_exact():
     try:
         ps = [e.tokenizer.encode_chat(json.loads(line)["messages"]) for line in lines]
         greedy = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+        # Every compared run starts from the same prefix-cache state: the first pass fills it and
+        # the later ones hit it. A hit recomputes the prompt's last partial block through the
+        # few-query path, a cold start computes it inside the SDPA prefill, and those K/V differ in
+        # the low bits; int4 SmolLM2's logits come out of a bf16 kernel (steps of 0.125), so exact
+        # ties are common and a cold reference flipped one (prompt 4, token 58) with no drafting
+        # involved. What this test pins is that drafting and batched decoding change nothing.
+        [e.generate(p, greedy) for p in ps]
         plain = [e.generate(p, greedy).token_ids for p in ps]
         sp = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True,
                             speculative={"method": "ngram", "num_draft_tokens": 10})
