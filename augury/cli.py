@@ -31,7 +31,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="greedy decode steps computed per engine step when every request is plain greedy "
                         "(default: 8 with CUDA graphs, off on CPU; 0 = off)")
     g.add_argument("--compile", action="store_true",
-                   help="experimental: torch.compile the forward (dynamic shapes; the first start compiles for minutes)")
+                   help="torch.compile the forward (dynamic shapes; the first start compiles for minutes, cached afterwards)")
     pc = p.add_argument_group("prefix cache")
     pc.add_argument("--prompt-cache-bytes", default=None,
                     help="RAM kept for finished requests' KV blocks (e.g. 2GiB; default: whatever the KV pool holds)")
