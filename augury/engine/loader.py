@@ -68,6 +68,9 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     # them, prefill sizes past the int4 kernels' dense switch. A long-running server meets more
     # of those than dynamo's default limit of 8, after which the frame would run eagerly
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    # Guards on the model's ~300 modules cost ~0.4 ms of a ~8 ms CPU step, but dynamo keys its cache
+    # on the forward's code object, shared by every model of the class in the process: without those
+    # guards a second engine could run a graph traced for another model (kept; not worth the risk)
     compiled = torch.compile(model.forward, dynamic=True)
     dtype = next(model.parameters()).dtype
 

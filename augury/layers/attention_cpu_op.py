@@ -9,13 +9,16 @@ row than for the same row decoded alone. As `augury::cpu_attention_segment` the 
 node per layer whose shapes are all dynamic, and compiled attention computes exactly what eager
 attention computes; inductor still fuses everything around it (norms, rope, residuals, MLP).
 
-Measured (SmolLM2 int4, 2 threads, `augury bench decode --compile`): 123-126 tok/s against eager 110;
-the op costs ~70 us per layer, ~25 of them its Python dispatch and ~25 the K/V gather.
+The graph gathers each segment's K/V (a fused copy) and the op reads rows from that buffer: the
+few-query path then copies once more (each row's keys newest first), and still a SmolLM2 int4 step
+measured 7.2 ms against 7.5 ms with the pools passed in (interleaved A/B, 4 runs). `augury bench
+decode --compile`: 123-126 tok/s against eager 110; the op costs ~70 us per layer.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -25,21 +28,27 @@ _OP = "augury::cpu_attention_segment"
 
 
 @torch.library.custom_op(_OP, mutates_args=())
-def cpu_attention_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
-                          mask: torch.Tensor, q_index: torch.Tensor | None, out_index: torch.Tensor | None,
+def cpu_attention_segment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                          q_index: torch.Tensor | None, out_index: torch.Tensor | None,
                           dense: bool, window: int, scale: float) -> torch.Tensor:
-    """q [T, H, D]; pools [S, Hkv, D] with this step's K/V already written (the eager path gathers
-    each row's keys in its own order, newest first, so gathering them in the graph would copy twice);
-    gather_slots [B, max_kv]; mask [B, 1, max_q, max_kv] bool; window -1 for full attention -> [T, H, D]."""
-    global _last_plan
+    """q [T, H, D]; k, v [B * max_kv, Hkv, D]: each request's gathered keys and values (the graph
+    gathers them from the pool: a fused copy there beats index_select in here, same values);
+    mask [B, 1, max_q, max_kv] bool; window -1 for full attention -> [T, H, D]."""
     B, _, max_q, max_kv = mask.shape
-    gm = GroupAttnMeta(window=None if window < 0 else window, slot_mapping=gather_slots[:0, 0],
-                       gather_slots=gather_slots, mask=mask, num_seqs=B, max_q=max_q, max_kv=max_kv,
+    flat = torch.arange(B * max_kv)  # k and v are gathered already: request b's key j is row b * max_kv + j
+    gm = GroupAttnMeta(window=None if window < 0 else window, slot_mapping=flat[:0],
+                       gather_slots=flat.view(B, max_kv), mask=mask, num_seqs=B, max_q=max_q, max_kv=max_kv,
                        q_index=q_index, out_index=out_index, dense=dense)
+    global _last_plan
     if _last_plan is not None and _last_plan[0]() is mask:
         gm._row_plan = _last_plan[1]
-    out = _attend_segment(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gm, scale,
-                          None)
+    # slot ids in `gm` are positions in the gathered k / v: reading all of them in order is k itself
+    n = flat.numel()
+
+    def reader(t: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda s: t if s.numel() == n and s.data_ptr() == flat.data_ptr() else t.index_select(0, s)
+
+    out = _attend_segment(q, reader(k), reader(v), gm, scale, None)
     plan = getattr(gm, "_row_plan", None)
     if plan is not None:
         _last_plan = (weakref.ref(mask), plan)
@@ -47,7 +56,7 @@ def cpu_attention_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.T
 
 
 @cpu_attention_segment.register_fake
-def _(q, k_pool, v_pool, gather_slots, mask, q_index, out_index, dense, window, scale):
+def _(q, k, v, mask, q_index, out_index, dense, window, scale):
     return torch.empty_like(q)
 
 
@@ -60,7 +69,10 @@ def attend_compiled_cpu(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Ten
                         scale: float) -> torch.Tensor:
     """The compiled-graph form of `attend` for plain CPU pools: one op per segment."""
     segs = [(0, q.shape[0], gmeta)] if gmeta.parts is None else gmeta.parts
-    outs = [torch.ops.augury.cpu_attention_segment(
-        q[lo:hi], k_pool, v_pool, m.gather_slots, m.mask, m.q_index, m.out_index, m.dense,
-        -1 if m.window is None else m.window, scale) for lo, hi, m in segs]
+    outs = []
+    for lo, hi, m in segs:
+        flat = m.gather_slots.view(-1)
+        outs.append(torch.ops.augury.cpu_attention_segment(
+            q[lo:hi], k_pool.index_select(0, flat), v_pool.index_select(0, flat), m.mask, m.q_index, m.out_index,
+            m.dense, -1 if m.window is None else m.window, scale))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
