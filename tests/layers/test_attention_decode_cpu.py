@@ -12,38 +12,25 @@ import pytest
 import torch
 
 from augury.layers import attention_decode_cpu as adc
-from augury.layers.attention import SeqSpec, build_attention_metadata
-from augury.layers.attention_decode_cpu import BUCKET, attend_decode_cpu, attend_rows_cpu
+from augury.layers.attention import SeqSpec
+from augury.layers.attention_decode_cpu import BUCKET, attend_rows_cpu
 
-BS = 16
-H, HKV, D = 9, 3, 64  # SmolLM2's attention shape
-SLOTS = 400 * BS
+from tests.layers import cpu_rows
+from tests.layers.cpu_rows import BS, D, H, HKV
+
+BLOCKS = 400
+SLOTS = BLOCKS * BS
 
 
 def _table(n: int, seed: int) -> list[int]:
-    free = list(range(1, 400))
-    random.Random(seed).shuffle(free)
-    return free[:n]
+    return cpu_rows.table(n, seed, BLOCKS)
 
 
 def _pool(dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(SLOTS, HKV, D, generator=g).to(dtype), torch.randn(SLOTS, HKV, D, generator=g).to(dtype)
+    return cpu_rows.pool(dtype, seed, BLOCKS)
 
 
-def _gmeta(specs):
-    return build_attention_metadata(specs, BS, {"full": None}, "cpu").groups["full"]
-
-
-def _run(fn, q, pool, gm):
-    pk, pv = pool
-    return fn(q, lambda s: pk.index_select(0, s), lambda s: pv.index_select(0, s), gm, D ** -0.5)
-
-
-def _alone(q_row, pool, num_cached, table):
-    gm = _gmeta([SeqSpec(num_cached, 1, {"full": table})])
-    assert gm.dense and gm.max_q == 1
-    return _run(attend_decode_cpu, q_row, pool, gm)[0]
+_gmeta, _run, _alone = cpu_rows.gmeta, cpu_rows.run, cpu_rows.alone
 
 
 def _lengths():

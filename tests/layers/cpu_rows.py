@@ -1,0 +1,43 @@
+"""Shared set-up of the CPU few-query attention tests (test_attention_invariance.py,
+test_attention_decode_cpu.py): SmolLM2's attention shape over a random paged pool."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from augury.layers.attention import GroupAttnMeta, SeqSpec, build_attention_metadata
+from augury.layers.attention_decode_cpu import attend_decode_cpu
+
+BS = 16
+H, HKV, D = 9, 3, 64  # SmolLM2's attention shape
+
+
+def table(n: int, seed: int, blocks: int) -> list[int]:
+    """n distinct block ids drawn from 1..blocks-1 (block 0 stays unused)."""
+    free = list(range(1, blocks))
+    random.Random(seed).shuffle(free)
+    return free[:n]
+
+
+def pool(dtype: torch.dtype, seed: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(blocks * BS, HKV, D, generator=g).to(dtype),
+            torch.randn(blocks * BS, HKV, D, generator=g).to(dtype))
+
+
+def gmeta(specs: list[SeqSpec]) -> GroupAttnMeta:
+    return build_attention_metadata(specs, BS, {"full": None}, "cpu").groups["full"]
+
+
+def run(fn, q, kv, gm):
+    pk, pv = kv
+    return fn(q, lambda s: pk.index_select(0, s), lambda s: pv.index_select(0, s), gm, D ** -0.5)
+
+
+def alone(q_row, kv, num_cached, tab):
+    """The row's output as a one-token decode step of its own (dense, one request)."""
+    gm = gmeta([SeqSpec(num_cached, 1, {"full": tab})])
+    assert gm.dense and gm.max_q == 1
+    return run(attend_decode_cpu, q_row, kv, gm)[0]
