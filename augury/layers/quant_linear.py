@@ -96,6 +96,9 @@ def _inner_k_tiles(k_padded: int) -> int:
 
 def _pack_fn(layout: str, inner_k_tiles: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """q [N, K] int32 (0..15) on the layout's device -> that kernel's packed weight."""
+    if layout == "cpu-native":  # augury's own kernel (augury/cpu_kernels/int4_gemm.cpp)
+        from augury.cpu_kernels.int4 import pack_nibbles
+        return pack_nibbles
     if layout == "cpu":
         return lambda q: torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), inner_k_tiles)
     if layout == "cuda":

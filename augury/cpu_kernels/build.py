@@ -1,0 +1,99 @@
+"""Compile augury's C++ CPU kernels once per machine and register them as `torch.ops.augury_cpu.*`.
+
+Built with torch's extension builder (`torch.utils.cpp_extension.load`: ninja and a C++ compiler;
+the result is cached under `TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions, and rebuilt when
+a source changes). The first build takes about a minute and prints a line saying so; later starts
+load the cached library in well under a second.
+
+`-march=native`: the library is built on the machine that runs it, so it may use every SIMD
+extension that machine has (the int4 kernel has an AVX-512 VNNI path and a portable one).
+
+When the build is impossible (no compiler, no ninja, an unsupported platform) or disabled with
+`AUGURY_CPU_KERNELS=0`, `load()` returns False, `unavailable_reason()` says why, and every caller
+keeps torch's own kernels: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_NAME = "augury_cpu_kernels"
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _flags() -> list[str]:
+    if sys.platform == "win32":
+        return ["/O2", "/openmp"]
+    flags = ["-O3", "-fopenmp"]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags.append("-march=native")
+    elif platform.machine().lower() in ("arm64", "aarch64"):
+        flags.append("-mcpu=native")
+    return flags
+
+
+def load() -> bool:
+    """Build (first time on this machine) or load the kernels; True when `torch.ops.augury_cpu` has them."""
+    with _lock:
+        if "ok" in _state:
+            return bool(_state["ok"])
+        ok, why = _build()
+        _state["ok"], _state["why"] = ok, why
+        if not ok:
+            log.warning("augury CPU kernels unavailable (%s): using torch's kernels", why)
+        return ok
+
+
+def available() -> bool:
+    """Whether the kernels are loaded (without trying to build them)."""
+    return bool(_state.get("ok"))
+
+
+def unavailable_reason() -> str | None:
+    return None if _state.get("ok", True) else str(_state.get("why"))
+
+
+def _build() -> tuple[bool, str]:
+    if os.environ.get("AUGURY_CPU_KERNELS", "1") == "0":
+        return False, "disabled by AUGURY_CPU_KERNELS=0"
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as e:  # pragma: no cover - part of every torch
+        return False, f"torch.utils.cpp_extension: {e}"
+    here = Path(__file__).parent
+    try:
+        cpp_extension.verify_ninja_availability()
+    except RuntimeError:
+        return False, "ninja is not installed (pip install ninja)"
+    build_dir = Path(cpp_extension._get_build_directory(_NAME, verbose=False))
+    if not any(build_dir.glob("*.so")) and not any(build_dir.glob("*.pyd")):
+        print("augury: building the native CPU kernels (once per machine, about a minute)...", file=sys.stderr,
+              flush=True)
+    try:
+        cpp_extension.load(
+            name=_NAME,
+            sources=sorted(str(p) for p in here.glob("*.cpp")),  # every kernel file: one library
+            extra_cflags=_flags(),
+            extra_ldflags=[] if sys.platform == "win32" else ["-fopenmp"],
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception as e:  # compiler missing or failing: keep torch's kernels
+        first = str(e).strip().splitlines()
+        return False, f"build failed: {first[0] if first else type(e).__name__}"
+    return hasattr(torch.ops.augury_cpu, "int4_mm"), "ops missing after load"
+
+
+def build_dir() -> Path:
+    from torch.utils import cpp_extension
+    return Path(cpp_extension._get_build_directory(_NAME, verbose=False))

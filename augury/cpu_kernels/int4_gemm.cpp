@@ -1,0 +1,219 @@
+// int4 weight x int8 activation matmul for few rows (decode steps, speculative verify windows).
+//
+// Weights: w = (q - 8) * s + z, q in 0..15, one (s, z) per `group_size` input columns of an output
+// row (the Int4Linear convention). Activations are quantized per row and per block of 32 columns to
+// int8 with one float scale d (round to nearest even of x / d, d = max|x| / 127), as llama.cpp's Q8
+// activations are. Then for a block b of 32 columns:
+//     y += s * d_b * sum(q * qx) - 8 * s * d_b * sum(qx) + z * d_b * sum(qx)
+//        = s * d_b * (acc_b - 8 * S_b) + z * (d_b * S_b),   acc_b = sum(q * qx) exact in int32
+// which is two float FMAs per block and output, in block order.
+//
+// Bitwise row invariance: an output element is computed by the same instructions in the same order
+// whatever the number of rows M, the row's place among them, or the thread split (one output tile
+// belongs to one thread; integer sums are exact), so a verify-window row gets exactly the bits its
+// lone decode step gets. The tests hold this.
+//
+// Packed layout (built in Python, augury/cpu_kernels/int4.py), for AVX-512 VNNI's vpdpbusd (u8 x s8,
+// four products per 32-bit lane): output rows in tiles of 16 (one per lane), input columns in blocks
+// of 32 = 8 quads of 4. Tile t, block b holds 4 x 64 bytes; in 64-byte vector i, bytes 4j..4j+3 are
+// row j's quad 2i in the low nibbles and quad 2i+1 in the high nibbles. Scales: bf16 [T, G, 2, 16]
+// (s then z for the tile's 16 rows, per group).
+
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define AUGURY_VNNI 1
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int kTile = 16;   // output rows per tile
+constexpr int kBlock = 32;  // input columns per activation block
+constexpr int kBlockBytes = kTile * kBlock / 2;
+
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Row r of x [M, K] -> qx [K] int8, d [K/32], S [K/32] (sum of the block's qx).
+void quantize_row(const float* x, int64_t K, int8_t* qx, float* d, int32_t* S) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+#ifdef AUGURY_VNNI
+    __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    __m512 a = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+    float amax = _mm512_reduce_max_ps(a);
+    float db = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + b * kBlock), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
+    S[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#else
+    float amax = 0.0f;
+    for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    float db = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < kBlock; ++i) {
+      int32_t q = static_cast<int32_t>(std::nearbyint(xb[i] * id));
+      q = q > 127 ? 127 : (q < -127 ? -127 : q);
+      qx[b * kBlock + i] = static_cast<int8_t>(q);
+      s += q;
+    }
+    S[b] = s;
+#endif
+    d[b] = db;
+  }
+}
+
+#ifdef AUGURY_VNNI
+inline __m512 load_bf16x16(const uint16_t* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Rows [r0, r0 + MT) of one output tile.
+template <int MT>
+void tile_rows(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int blocks_per_group,
+               const int8_t* qx, const float* d, const int32_t* S, int64_t K, int64_t r0, float* y,
+               int64_t N, int64_t t) {
+  __m512 acc_f[MT];
+  for (int r = 0; r < MT; ++r) acc_f[r] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const int64_t KB = K / kBlock;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const uint8_t* wb = wt + b * kBlockBytes;
+    __m512i w[8];
+    for (int i = 0; i < 4; ++i) {
+      __m512i p = _mm512_loadu_si512(wb + 64 * i);
+      w[2 * i] = _mm512_and_si512(p, low);
+      w[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+    }
+    const uint16_t* sz = szt + (b / blocks_per_group) * 2 * kTile;
+    __m512 s = load_bf16x16(sz), z = load_bf16x16(sz + kTile);
+    for (int r = 0; r < MT; ++r) {
+      const int64_t row = r0 + r;
+      const int32_t* q4 = reinterpret_cast<const int32_t*>(qx + row * K + b * kBlock);
+      __m512i acc = _mm512_setzero_si512();
+      for (int i = 0; i < 8; ++i) acc = _mm512_dpbusd_epi32(acc, w[i], _mm512_set1_epi32(q4[i]));
+      const int32_t Sb = S[row * KB + b];
+      const float db = d[row * KB + b];
+      acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(8 * Sb));
+      acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(s, _mm512_set1_ps(db)), acc_f[r]);
+      acc_f[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(db * static_cast<float>(Sb)), acc_f[r]);
+    }
+  }
+  for (int r = 0; r < MT; ++r) _mm512_storeu_ps(y + (r0 + r) * N + t * kTile, acc_f[r]);
+}
+#endif
+
+// Portable form of the same arithmetic (one lane at a time).
+void tile_rows_scalar(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int blocks_per_group,
+                      const int8_t* qx, const float* d, const int32_t* S, int64_t K, int64_t row, float* y,
+                      int64_t N, int64_t t) {
+  const int64_t KB = K / kBlock;
+  for (int j = 0; j < kTile; ++j) {
+    float out = 0.0f;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const uint8_t* wb = wt + b * kBlockBytes;
+      const int8_t* xb = qx + row * K + b * kBlock;
+      int32_t acc = 0;
+      for (int i = 0; i < 4; ++i) {
+        for (int k = 0; k < 4; ++k) {
+          uint8_t byte = wb[64 * i + 4 * j + k];
+          acc += static_cast<int32_t>(byte & 15) * xb[8 * i + k];
+          acc += static_cast<int32_t>(byte >> 4) * xb[8 * i + 4 + k];
+        }
+      }
+      const uint16_t* sz = szt + (b / blocks_per_group) * 2 * kTile;
+      const int32_t Sb = S[row * KB + b];
+      const float db = d[row * KB + b];
+      out = std::fma(static_cast<float>(acc - 8 * Sb), bf16_to_float(sz[j]) * db, out);
+      out = std::fma(bf16_to_float(sz[kTile + j]), db * static_cast<float>(Sb), out);
+    }
+    y[row * N + t * kTile + j] = out;
+  }
+}
+
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sz, int64_t group_size) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "int4_mm: x must be [M, K] float32 contiguous");
+  TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == at::kByte && packed.size(2) == kBlockBytes && packed.is_contiguous(),
+              "int4_mm: packed must be [N/16, K/32, 256] uint8");
+  TORCH_CHECK(sz.dim() == 4 && sz.scalar_type() == at::kBFloat16 && sz.size(2) == 2 && sz.size(3) == kTile && sz.is_contiguous(),
+              "int4_mm: scales must be [N/16, G, 2, 16] bfloat16");
+  TORCH_CHECK(group_size % kBlock == 0, "int4_mm: group_size must be a multiple of 32");
+  const int64_t M = x.size(0), K = x.size(1), T = packed.size(0), nblocks = packed.size(1);
+  TORCH_CHECK(K == nblocks * kBlock, "int4_mm: x has ", K, " columns, the weight ", nblocks * kBlock);
+  const int blocks_per_group = static_cast<int>(group_size / kBlock);
+  TORCH_CHECK(sz.size(0) == T && sz.size(1) * blocks_per_group >= nblocks, "int4_mm: scales do not match the weight");
+  const int64_t N = T * kTile;
+  auto y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  auto qx = at::empty({M, K}, x.options().dtype(at::kChar));
+  auto d = at::empty({M, K / kBlock}, x.options());
+  auto S = at::empty({M, K / kBlock}, x.options().dtype(at::kInt));
+  const float* xp = x.data_ptr<float>();
+  int8_t* qxp = qx.data_ptr<int8_t>();
+  float* dp = d.data_ptr<float>();
+  int32_t* Sp = S.data_ptr<int32_t>();
+  for (int64_t r = 0; r < M; ++r) quantize_row(xp + r * K, K, qxp + r * K, dp + r * (K / kBlock), Sp + r * (K / kBlock));
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const uint16_t* szp = reinterpret_cast<const uint16_t*>(sz.data_ptr<at::BFloat16>());
+  float* yp = y.data_ptr<float>();
+  const int64_t G = sz.size(1);
+  // a tile is ~K * 8 bytes of weight: split so each thread streams a contiguous run of them
+  at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint8_t* wt = wp + t * nblocks * kBlockBytes;
+      const uint16_t* szt = szp + t * G * 2 * kTile;
+#ifdef AUGURY_VNNI
+      int64_t r = 0;
+      for (; r + 4 <= M; r += 4) tile_rows<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+      switch (M - r) {
+        case 3: tile_rows<3>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 2: tile_rows<2>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 1: tile_rows<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        default: break;
+      }
+#else
+      for (int64_t r = 0; r < M; ++r) tile_rows_scalar(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+#endif
+    }
+  });
+  return y;
+}
+
+bool has_vnni() {
+#ifdef AUGURY_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
+  m.def("int4_mm(Tensor x, Tensor packed, Tensor scales, int group_size) -> Tensor");
+  m.def("int4_has_vnni() -> bool");
+}
+
+TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
+  m.impl("int4_mm", &int4_mm);
+}
+
+TORCH_LIBRARY_IMPL(augury_cpu, CompositeExplicitAutograd, m) {
+  m.impl("int4_has_vnni", &has_vnni);
+}

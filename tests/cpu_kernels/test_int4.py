@@ -1,0 +1,83 @@
+"""The native int4 x int8 matmul: its arithmetic against a torch reference, bitwise row and
+thread invariance (what keeps speculative verify windows exact), and the packing layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from augury.cpu_kernels.int4 import BLOCK, int4_mm, kernel_ready, pack_int4, pack_nibbles
+from augury.layers.quant_linear import dequantize_int4, quantize_int4, unpack_int4
+
+pytestmark = pytest.mark.usefixtures("native")
+
+
+def _weights(n: int, k: int, group: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.05
+    q, s, z = quantize_int4(w, group)
+    return q, s, z
+
+
+def _reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, group: int) -> torch.Tensor:
+    """The kernel's arithmetic in float64 from its own int8 activations (so only fp32 rounding differs)."""
+    m, k = x.shape
+    xb = x.view(m, k // BLOCK, BLOCK)
+    amax = xb.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros_like(amax))
+    qx = torch.round(xb * inv).double()  # round half to even, as the kernel's conversion
+    d = (amax / 127.0).double()
+    sb = s.double().to(torch.bfloat16).double().repeat_interleave(group // BLOCK, 1)  # [N, K/32]
+    zb = z.double().to(torch.bfloat16).double().repeat_interleave(group // BLOCK, 1)
+    qw = q.double().view(q.shape[0], k // BLOCK, BLOCK)
+    acc = torch.einsum("mbi,nbi->mnb", qx, qw)  # [M, N, K/32]
+    S = qx.sum(-1)  # [M, K/32]
+    return ((acc - 8 * S[:, None]) * sb[None] * d.squeeze(-1)[:, None] + zb[None] * (d.squeeze(-1) * S)[:, None]).sum(-1)
+
+
+@pytest.mark.parametrize("n,k,group", [(16, 32, 32), (64, 96, 32), (960, 576, 32), (48, 256, 64), (32, 512, 128)])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
+def test_matches_reference(n: int, k: int, group: int, m: int) -> None:
+    q, s, z = _weights(n, k, group)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    x[0, :BLOCK] = 0.0  # an all-zero activation block (scale 0) must not produce NaN
+    y = int4_mm(x, *pack_int4(q, s, z), group)
+    ref = _reference(x, q, s, z, group)
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5), (y.double() - ref).abs().max()
+    # and the whole thing approximates the float product (int8 activations: ~1% of the output scale)
+    exact = x @ dequantize_int4(q, s.to(torch.bfloat16).float(), z.to(torch.bfloat16).float(), group).T
+    assert (y - exact).abs().max() <= 0.02 * exact.abs().max()
+
+
+def test_rows_are_bitwise_their_lone_call_whatever_the_batch_or_threads() -> None:
+    q, s, z = _weights(3072, 576, 32, seed=1)
+    p, sz = pack_int4(q, s, z)
+    x = torch.randn(11, 576, generator=torch.Generator().manual_seed(3))
+    alone = torch.cat([int4_mm(x[i:i + 1].contiguous(), p, sz, 32) for i in range(11)])
+    for rows in (2, 3, 4, 5, 8, 11):
+        assert torch.equal(int4_mm(x[:rows].contiguous(), p, sz, 32), alone[:rows])
+    # a row's place in the batch does not matter either
+    perm = torch.randperm(11, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(int4_mm(x[perm].contiguous(), p, sz, 32), alone[perm])
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(int4_mm(x, p, sz, 32), alone)
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_packing_only_moves_nibbles() -> None:
+    """unpack_int4's layout-agnostic inverse recovers q from the native packing."""
+    q, _, _ = _weights(48, 128, 32)
+    assert torch.equal(unpack_int4(pack_nibbles(q.to(torch.int32)), "cpu-native", 0, 48, 128), q)
+
+
+def test_bad_shapes_are_clear_errors() -> None:
+    q, s, z = _weights(16, 64, 32)
+    p, sz = pack_int4(q, s, z)
+    with pytest.raises(RuntimeError, match="columns"):
+        int4_mm(torch.randn(1, 32), p, sz, 32)
+    with pytest.raises(ValueError, match="N % 16"):
+        pack_nibbles(torch.zeros(10, 64, dtype=torch.uint8))
+    assert kernel_ready()
