@@ -165,6 +165,20 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
+def _native_int4(act_dtype: torch.dtype, group_size: int) -> bool:
+    """Whether a CPU Int4Linear runs augury's own kernel (augury/cpu_kernels/int4_gemm.cpp).
+
+    Its scales are bf16, so only bf16 act_dtype (the default; the scales are stored rounded to it)
+    runs there: then the kernel multiplies by exactly the weight `dequantize()` returns. Its
+    activations are int8 per 32 columns (as llama.cpp's Q8 activations), where torch's kernel takes
+    bf16 ones. `AUGURY_CPU_KERNELS=0`, or no compiler to build it with, keeps torch's kernel."""
+    if act_dtype != torch.bfloat16 or group_size % 32:
+        return False
+    from augury.cpu_kernels.int4 import kernel_ready
+
+    return kernel_ready()
+
+
 # ---------------------------------------------------------------------------- modules
 
 
@@ -319,6 +333,9 @@ class Int4Linear(nn.Module):
         self._n_padded = _round_up(out_features, _N_ALIGN)
         self._inner_k_tiles = _inner_k_tiles(self._k_padded)
         self._layout = device.type
+        # augury's own CPU kernel (int8 activations, bf16 scales: the act_dtype the scales are stored in)
+        self._native = False
+        self.native_scales: torch.Tensor | None = None
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
         # optional resident bf16 copy [N, K] for many-row inputs (CPU prefill); see keep_dense_copy
@@ -362,15 +379,34 @@ class Int4Linear(nn.Module):
             m.bias = bias.detach().to(m.scales_zeros.device).clone()
         return m
 
+    @property
+    def _pack_key(self) -> str:
+        return "cpu-native" if self._native else self._layout
+
     def _set_q(self, q: torch.Tensor) -> None:
         """q [N, K] (0..15) -> padded, packed for this module's current layout."""
         qp = torch.full((self._n_padded, self._k_padded), 8, dtype=torch.int32, device=q.device)
         qp[: q.shape[0], : q.shape[1]] = q.to(torch.int32)
-        self.packed = _pack_fn(self._layout, self._inner_k_tiles)(qp)
+        self._native = self._layout == "cpu" and _native_int4(self.act_dtype, self.group_size)
+        self.packed = _pack_fn(self._pack_key, self._inner_k_tiles)(qp)
+        self._pack_native_scales()
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._pack_native_scales()  # derived from scales_zeros, which the state dict just replaced
+
+    def _pack_native_scales(self) -> None:
+        if self._native:
+            from augury.cpu_kernels.int4 import pack_scales
+
+            sz = self.scales_zeros.float()  # [G, Np, 2]
+            self.native_scales = pack_scales(sz[..., 0].T, sz[..., 1].T)
+        else:
+            self.native_scales = None
 
     def unpack(self) -> torch.Tensor:
         """q [N, K] uint8 on CPU."""
-        q = unpack_int4(self.packed, self._layout, self._inner_k_tiles, self._n_padded, self._k_padded)
+        q = unpack_int4(self.packed, self._pack_key, self._inner_k_tiles, self._n_padded, self._k_padded)
         return q[: self.out_features, : self.in_features]
 
     def parts(self) -> Int4Parts:
@@ -394,7 +430,7 @@ class Int4Linear(nn.Module):
 
     def _repack_for(self, device_type: str) -> None:
         # the module was moved (`.to`) since packing: the bytes are in the old device's layout
-        q = unpack_int4(self.packed, self._layout, self._inner_k_tiles, self._n_padded, self._k_padded)
+        q = unpack_int4(self.packed.cpu(), self._pack_key, self._inner_k_tiles, self._n_padded, self._k_padded)
         if device_type == "cuda" and self.act_dtype != torch.bfloat16:
             raise ValueError("int4 on CUDA runs tinygemm, which takes bfloat16 activations only")
         self._layout = device_type
@@ -408,6 +444,8 @@ class Int4Linear(nn.Module):
         if dw is not None and x.dim() == 2 and x.shape[0] >= self.dense_min_rows and dw.device == x.device:
             y = F.linear(x.to(self.act_dtype), dw).to(x.dtype)
             return y if self.bias is None else y + self.bias.to(x.dtype)
+        if self._native and self.packed.device.type == "cpu":
+            return self._forward_native(x)
         if self._plain and x.dim() == 2:
             # hot path (every decode step, 4x per layer): no padding, bias or reshape to pay for
             x2 = x.to(self.act_dtype).contiguous()
@@ -425,6 +463,20 @@ class Int4Linear(nn.Module):
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
         else:
             y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
+        if self._n_padded != self.out_features:
+            y = y[:, : self.out_features]
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def _forward_native(self, x: torch.Tensor) -> torch.Tensor:
+        """augury's CPU kernel: float32 activations in (quantized to int8 inside), float32 out."""
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).float()
+        if self._k_padded != self.in_features:
+            x2 = F.pad(x2, (0, self._k_padded - self.in_features))
+        y = torch.ops.augury_cpu.int4_mm(x2.contiguous(), self.packed, self.native_scales, self.group_size)
         if self._n_padded != self.out_features:
             y = y[:, : self.out_features]
         y = y.to(x.dtype)

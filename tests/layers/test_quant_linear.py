@@ -23,6 +23,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 # group, N not a multiple of 16
 SHAPES = [(576, 960), (576, 3072), (1536, 576), (100, 50), (13, 7), (160, 24)]
 BF16_TOL = 1e-2  # bf16 output rounding, relative to the largest output; a real bug is O(1)
+# augury's CPU int4 kernel quantizes activations to int8 per 32 columns (its own tests,
+# tests/cpu_kernels/test_int4.py, check that arithmetic exactly); half a step of 1/127 per term
+INT8_ACT_TOL = 2.5e-2
 
 
 def _linear(k: int, n: int, bias: bool = True, seed: int = 0) -> nn.Linear:
@@ -115,7 +118,7 @@ def test_int4_forward_matches_dequantized(k, n, dtype, rows, group_size):
     x = torch.randn(rows, k, dtype=dtype)
     y = m(x)
     assert y.dtype == dtype and y.shape == (rows, n)
-    _assert_matches(y, _reference(x, m.dequantize(), lin.bias, torch.bfloat16), BF16_TOL)
+    _assert_matches(y, _reference(x, m.dequantize(), lin.bias, torch.bfloat16), INT8_ACT_TOL if m._native else BF16_TOL)
 
 
 @pytest.mark.parametrize("n", [50, 4000])  # 4000 x 576: several dequantized slices
