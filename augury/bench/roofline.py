@@ -12,6 +12,7 @@ writes roofline.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -88,17 +89,28 @@ def timed_decode(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -
     return n, time.perf_counter() - t0, firsts
 
 
+@contextlib.contextmanager
+def bursts(engine: Engine, n: int, batch: int):
+    """Within: decode bursts of up to n steps (0 = off), allowed at `batch` requests even past
+    engine/burst.py's MAX_BURST_BATCH."""
+    from augury.engine import burst as burst_mod
+
+    saved, cap = engine.core.burst, burst_mod.MAX_BURST_BATCH
+    engine.core.burst = n
+    burst_mod.MAX_BURST_BATCH = max(cap, batch) if n else cap
+    try:
+        yield
+    finally:
+        engine.core.burst, burst_mod.MAX_BURST_BATCH = saved, cap
+
+
 def decode_rate(engine: Engine, batch: int, prompt_len: int, new_tokens: int, reps: int,
                 burst: int | None = None) -> dict:
     """Aggregate greedy decode tok/s; `burst` overrides the engine's decode-burst length
     (0 = one step per engine iteration) for this measurement."""
     if burst is not None:
-        saved = engine.core.burst
-        engine.core.burst = burst
-        try:
+        with bursts(engine, burst, batch):
             return decode_rate(engine, batch, prompt_len, new_tokens, reps)
-        finally:
-            engine.core.burst = saved
     g = torch.Generator().manual_seed(0)
     V = engine.model_config.vocab_size
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
@@ -133,9 +145,11 @@ def host_step_ms(engine: Engine, steps: int = 64) -> float:
     bm = engine.blocks
     bm.admit("__host__", list(range(128)), 1 << 20)
     tab = bm.block_tables("__host__")
-    x = torch.tensor([1], device=engine.loaded.device)
     ts = []
     with torch.inference_mode():
+        # made inside inference mode, as the engine's own inputs are: a plain tensor would differ from
+        # them in its dispatch keys, and a compiled forward would recompile for it
+        x = torch.tensor([1], device=engine.loaded.device)
         for i in range(steps):
             meta = build_attention_metadata([SeqSpec(100 + i % 20, 1, tab)], bm.block_size, engine.runner.windows,
                                             engine.loaded.device)
@@ -199,6 +213,53 @@ def profile_decode(engine: Engine, batch: int, prompt_len: int = 1024, steps: in
             "layers": engine.model_config.num_layers, "kernels": kernels[:top]}
 
 
+def step_timeline(engine: Engine, batch: int, prompt_len: int = 1024, steps: int = 32,
+                  burst: int = 0) -> dict:
+    """Host time against GPU time of decode steps at exactly `batch` rows, without a profiler:
+    the CUDA-graph decoder records the host clock at each call's entry and at its replay, and
+    device events around the replay (engine/cuda_graphs.py `timing`). Per step: the wall time
+    between calls, the GPU time of the replay, and the rest, the time the GPU waits for the host
+    (schedule, metadata, the static-buffer refill, sampling, emitting tokens). `burst` > 0
+    measures decode bursts of that many steps at this batch instead of single steps."""
+    graphs = engine.runner.graphs
+    if graphs is None:
+        return {"batch": batch, "error": "no CUDA graphs"}
+    g = torch.Generator().manual_seed(3)
+    V = engine.model_config.vocab_size
+    sp = SamplingParams(max_tokens=2 * steps + 64, temperature=0.0, ignore_eos=True)
+    with bursts(engine, burst, batch):
+        handles = [engine.submit(torch.randint(0, V, (prompt_len,), generator=g).tolist(), sp)
+                   for _ in range(batch)]
+        its = [iter(h) for h in handles]
+        try:
+            for it in its:
+                next(it)
+            graphs.timing = []
+            got = 0
+            while got < steps + 2 * max(burst, 1):
+                got += len(next(its[0]).token_ids)
+            rec, graphs.timing = graphs.timing, None
+        finally:
+            for h in handles:
+                h.cancel()
+            for it in its:
+                for _ in it:
+                    pass
+    rec = rec[1:]  # the first call may have begun before the window
+    if len(rec) < 3:
+        return {"batch": batch, "error": f"{len(rec)} graph calls recorded"}
+    rec[-1][3].synchronize()
+    body = rec[:-1]  # each call's wall time runs to the next call's entry
+    n = sum(r[4] for r in body)
+    wall = rec[-1][0] - rec[0][0]
+    gpu = sum(r[2].elapsed_time(r[3]) for r in body) / 1e3
+    prep = [r[1] - r[0] for r in body]
+    return {"batch": batch, "burst": burst, "steps": n, "calls": len(body),
+            "wall_ms_per_step": wall / n * 1e3, "gpu_ms_per_step": gpu / n * 1e3,
+            "gpu_idle_ms_per_step": (wall - gpu) / n * 1e3,
+            "prep_ms_per_call": statistics.median(prep) * 1e3}
+
+
 def hf_decode_rate(shape: str, device: torch.device, batch: int = 1, new_tokens: int = 128) -> float | None:
     """HF transformers `generate` on the same random-weight shape (the peer), tok/s aggregate."""
     try:
@@ -236,7 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", default="native,int4", help="comma list of the 8B-shape weight kinds to run")
     ap.add_argument("--skip-small", action="store_true", help="skip the SmolLM2-shaped rows and the HF peer")
     ap.add_argument("--profile", action="store_true",
-                    help="also record the kernel list of B=1 and B=64 decode steps (native weights)")
+                    help="also record the kernel list of B=1 and B=64 decode steps (B=64: native weights)")
+    ap.add_argument("--cases", default="b1,b64,prefill,host",
+                    help="comma list of the 8B-shape measurements: b1, b64, prefill, host (host time of an eager step)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also record host vs GPU time per decode step (CUDA-graph replays) at the chosen batches")
+    ap.add_argument("--b64-burst", type=int, default=0,
+                    help="also measure B=64 with decode bursts of this many steps (past burst.py's batch cap)")
+    ap.add_argument("--revision", default="", help="the source revision to record in the JSON")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
 
@@ -247,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.device(a.device)
     reps = 2 if a.quick else 3
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                 "torch": torch.__version__, "compile": a.compile}
+                 "torch": torch.__version__, "compile": a.compile, "revision": a.revision,
+                 "argv": sys.argv[1:] if argv is None else list(argv)}
     bw = read_bandwidth(dev)
     mm = matmul_rate(dev)
     res["read_bandwidth_GBps"] = bw / 1e9
@@ -255,20 +324,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read bandwidth {bw / 1e9:.0f} GB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s", file=sys.stderr, flush=True)
 
     rows = res["rows"] = []
+    cases = set(a.cases.split(","))
     for weights in (() if a.only_small else [w for w in a.weights.split(",") if w]):
         e = Engine.from_random(a.shape, device=a.device, dtype="bfloat16", weights=weights, progress=False,
                                max_num_seqs=64, max_num_batched_tokens=4096, kv_budget=a.kv_budget,
                                max_model_len=4096, compile=a.compile)
         wb = weight_bytes(e)
         limit = bw / wb
-        d1 = decode_rate(e, 1, 1024, 128, reps)
-        d1n = decode_rate(e, 1, 1024, 128, reps, burst=0)
-        rows.append({"case": f"{a.shape} {weights} decode B=1", "tok_s": d1["agg_tok_s"], "limit_tok_s": limit,
-                     "fraction": d1["agg_tok_s"] / limit, "weight_GB": wb / 1e9,
-                     "tok_s_no_burst": d1n["agg_tok_s"], "burst": e.core.burst})
-        print(rows[-1], file=sys.stderr, flush=True)
-        save()
-        if weights == "native":
+        if "b1" in cases:
+            d1 = decode_rate(e, 1, 1024, 128, reps)
+            d1n = decode_rate(e, 1, 1024, 128, reps, burst=0)
+            rows.append({"case": f"{a.shape} {weights} decode B=1", "tok_s": d1["agg_tok_s"], "limit_tok_s": limit,
+                         "fraction": d1["agg_tok_s"] / limit, "weight_GB": wb / 1e9,
+                         "tok_s_no_burst": d1n["agg_tok_s"], "burst": e.core.burst})
+            print(rows[-1], file=sys.stderr, flush=True)
+            save()
+        if weights == "native" and "b64" in cases:
             d64 = decode_rate(e, 64, 1024, 64, max(1, reps - 1))
             d64n = decode_rate(e, 64, 1024, 64, max(1, reps - 1), burst=0)
             kv_per_tok = 2 * e.model_config.num_layers * e.model_config.num_kv_heads * e.model_config.head_dim * 2
@@ -276,9 +347,14 @@ def main(argv: list[str] | None = None) -> int:
             limit64 = bw / step_bytes * 64
             rows.append({"case": f"{a.shape} bf16 decode B=64 aggregate", "tok_s": d64["agg_tok_s"],
                          "limit_tok_s": limit64, "fraction": d64["agg_tok_s"] / limit64,
-                         "tok_s_no_burst": d64n["agg_tok_s"]})
+                         "tok_s_no_burst": d64n["agg_tok_s"], "reps": [d64["min"], d64["max"]]})
+            if a.b64_burst:
+                d64b = decode_rate(e, 64, 1024, 64, max(1, reps - 1), burst=a.b64_burst)
+                rows[-1][f"tok_s_burst_{a.b64_burst}"] = d64b["agg_tok_s"]
+                rows[-1][f"fraction_burst_{a.b64_burst}"] = d64b["agg_tok_s"] / limit64
             print(rows[-1], file=sys.stderr, flush=True)
             save()
+        if weights == "native" and "prefill" in cases:
             pf = prefill_rate(e, 1024, reps)
             n_params = sum(p.numel() for p in e.loaded.model.parameters()) - e.loaded.model.embed_tokens.weight.numel()
             flops = 2 * n_params * pf
@@ -286,16 +362,27 @@ def main(argv: list[str] | None = None) -> int:
                          "fraction": flops / mm})
             print(rows[-1], file=sys.stderr, flush=True)
             save()
+        if weights == "native" and "host" in cases:
             res["host_step_ms_8b"] = host_step_ms(e)
-            if a.profile:
-                res["profile"] = [profile_decode(e, b) for b in (1, 64)]
-                for p in res["profile"]:
-                    print(f"profile B={p['batch']}: {p['wall_ms_per_step']:.2f} ms/step wall, "
-                          f"{p['gpu_us_per_step'] / 1e3:.2f} ms GPU, {p['launches_per_step']:.0f} kernels/step",
+        batches = [b for b, c in ((1, "b1"), (64, "b64")) if c in cases and (b == 1 or weights == "native")]
+        if a.timeline:
+            tl = res.setdefault("timeline", [])
+            for b in batches:
+                for n in sorted({0, a.b64_burst if b == 64 else e.core.burst}):
+                    tl.append({"weights": weights, **step_timeline(e, b, burst=n)})
+                    print("timeline", tl[-1], file=sys.stderr, flush=True)
+            save()
+        if a.profile:
+            prof = res.setdefault("profile", [])
+            for b in batches:
+                p = {"weights": weights, **profile_decode(e, b)}
+                prof.append(p)
+                print(f"profile {weights} B={p['batch']}: {p['wall_ms_per_step']:.2f} ms/step wall, "
+                      f"{p['gpu_us_per_step'] / 1e3:.2f} ms GPU, {p['launches_per_step']:.0f} kernels/step",
+                      file=sys.stderr, flush=True)
+                for k in p["kernels"][:14]:
+                    print(f"  {k['us_per_step']:9.1f} us {k['launches_per_step']:6.1f}x  {k['name'][:90]}",
                           file=sys.stderr, flush=True)
-                    for k in p["kernels"][:12]:
-                        print(f"  {k['us_per_step']:9.1f} us {k['launches_per_step']:6.1f}x  {k['name'][:90]}",
-                              file=sys.stderr, flush=True)
             save()
         e.shutdown()
         del e

@@ -10,6 +10,7 @@ keys are masked with -inf). Same ops, same numbers as the eager path.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,9 @@ class CudaGraphDecoder:
         self.graphs: dict[tuple, _Graph] = {}
         self.bursts: dict[tuple, _Burst] = {}
         self.mempool = torch.cuda.graph_pool_handle()
+        # a list turns on per-replay timing (bench/roofline.py --timeline): one
+        # (host s at entry, host s at replay, start event, end event, steps) per call
+        self.timing: list | None = None
 
     def usable(self, specs: list[SeqSpec]) -> bool:
         return len(specs) <= self.max_batch and all(s.num_new == 1 for s in specs)
@@ -70,6 +74,7 @@ class CudaGraphDecoder:
 
     def run(self, ids: list[int], specs: list[SeqSpec]) -> torch.Tensor:
         """-> logits [B, V] float32 for a pure-decode step."""
+        t_in = time.perf_counter() if self.timing is not None else 0.0
         B = len(specs)
         meta = build_attention_metadata(specs, self.blocks.block_size, self.windows, "cpu")
         Bp = self._bucket(B)
@@ -80,12 +85,13 @@ class CudaGraphDecoder:
             entry = self._capture(Bp, kps)
             self.graphs[key] = entry
         self._fill(entry, ids, meta, B, Bp, kps)
-        entry.graph.replay()
+        self._replay(entry.graph, t_in, 1)
         return entry.logits[:B]
 
     def run_burst(self, ids: list[int], specs: list[SeqSpec], n: int) -> torch.Tensor:
         """-> tokens [n, B] (device) of n greedy steps from a pure-decode step. The block
         tables must already cover positions num_cached .. num_cached + n - 1."""
+        t_in = time.perf_counter() if self.timing is not None else 0.0
         B = len(specs)
         # one n-token window per request gives every step's slots and causal mask at once
         wide = [SeqSpec(s.num_cached, n, s.block_tables, s.kv_key) for s in specs]
@@ -115,7 +121,7 @@ class CudaGraphDecoder:
             e.slots[g].copy_(slots, non_blocking=True)
             e.gather[g].copy_(gather, non_blocking=True)
             e.bias[g].copy_(bias, non_blocking=True)
-        e.graph.replay()
+        self._replay(e.graph, t_in, n)
         return e.tokens[:, :B]
 
     def _capture_burst(self, n: int, Bp: int, kps: dict[str, int]) -> _Burst:
@@ -156,6 +162,17 @@ class CudaGraphDecoder:
         return _Burst(graph, ids, pos, slots, gather, bias, tokens)
 
     # ---- internals ----------------------------------------------------------------
+    def _replay(self, graph: torch.cuda.CUDAGraph, t_in: float, steps: int) -> None:
+        if self.timing is None:
+            graph.replay()
+            return
+        t = time.perf_counter()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        self.timing.append((t_in, t, a, b, steps))
+
     def _padded_gather(self, g: str, gm: GroupAttnMeta, B: int, Bp: int, Kp: int) -> torch.Tensor:
         """[Bp, Kp] host gather table: real rows padded with their last key, padding rows on trash."""
         gather = torch.full((Bp, Kp), self.trash[g], dtype=torch.long)
