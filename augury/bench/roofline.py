@@ -168,8 +168,8 @@ def profile_decode(engine: Engine, batch: int, prompt_len: int = 1024, steps: in
     graph replays are recorded kernel by kernel): per kernel name, launches and GPU µs per
     step, longest first. Every prefill is done before the profiler starts, and max_tokens
     leaves room so that no request finishes inside the window. Steps are counted from the
-    greedy sampler's argmax launches (one per step), not from tokens read, since the engine
-    thread keeps stepping while this one starts and stops the profiler. The wall time per
+    greedy sampler's argmax launches (one per step), not from the engine's counter alone, since
+    the engine thread keeps stepping while this one starts and stops the profiler. The wall time per
     step includes the profiler's own overhead."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -184,11 +184,13 @@ def profile_decode(engine: Engine, batch: int, prompt_len: int = 1024, steps: in
     try:
         for it in its:
             next(it)
-        got = 0
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-            while got < steps:  # request 0 is never behind the others: they all step together
-                got += len(next(its[0]).token_ids)
+            # engine steps, not tokens read: while later prompts prefill, request 0 already decodes,
+            # so tokens wait in its queue and reading them would end the window before any step ran
+            s0 = engine.core.counters.steps
+            while (got := engine.core.counters.steps - s0) < steps:
+                time.sleep(0.0005)
             _sync()
         wall = time.perf_counter() - t0
     finally:
@@ -235,9 +237,9 @@ def step_timeline(engine: Engine, batch: int, prompt_len: int = 1024, steps: int
             for it in its:
                 next(it)
             graphs.timing = []
-            got = 0
-            while got < steps + 2 * max(burst, 1):
-                got += len(next(its[0]).token_ids)
+            s0 = engine.core.counters.steps  # engine steps, not tokens read (see profile_decode)
+            while engine.core.counters.steps - s0 < steps + 2 * max(burst, 1):
+                time.sleep(0.0005)
             rec, graphs.timing = graphs.timing, None
         finally:
             for h in handles:
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.timeline:
             tl = res.setdefault("timeline", [])
             for b in batches:
-                for n in sorted({0, a.b64_burst if b == 64 else e.core.burst}):
+                for n in sorted({0, e.core.burst, a.b64_burst if b == 64 else 0}):
                     tl.append({"weights": weights, **step_timeline(e, b, burst=n)})
                     print("timeline", tl[-1], file=sys.stderr, flush=True)
             save()

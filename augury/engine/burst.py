@@ -21,10 +21,13 @@ from augury.engine.request import Request
 from augury.engine.scheduler import SchedulerOutput
 
 AUTO_BURST_CUDA = 8  # steps per burst when --decode-burst is auto on a CUDA-graph engine
-# Bursts pay off while the host step is the bottleneck, i.e. at small batches: on the H200,
-# 8B B=1 163 -> 174 tok/s and SmolLM2 B=1 392 -> 520 with bursts, but 8B B=64 4578 -> 3680
-# and SmolLM2 B=16 5439 -> 4727 (docs/data/roofline-h200-burst-paged.json). Larger steps run one at a time.
-MAX_BURST_BATCH = 4
+# Bursts pay off while the host step is the bottleneck. On the H200: 8B B=1 163 -> 174 tok/s and
+# SmolLM2 B=1 392 -> 520 (eager, docs/data/roofline-h200-burst-paged.json, where 8B B=64 read
+# 4578 -> 3680). Under --compile at e0167e3 an 8B B=64 step is 7.2 ms of GPU time and ~6 ms of host
+# work between replays (schedule, metadata, sampling, emitting 64 tokens): bursts of 8 took B=64
+# from 5043 to 6339 tok/s (docs/data/roofline-h200-compile-b64-e0167e3.json). Larger batches run
+# one step at a time.
+MAX_BURST_BATCH = 64
 
 
 def burst_eligible(req: Request) -> bool:

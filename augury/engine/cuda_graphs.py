@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from augury.kv.block_manager import BlockManager
-from augury.layers.attention import AttentionMetadata, GroupAttnMeta, SeqSpec, build_attention_metadata
+from augury.layers.attention import AttentionMetadata, AttentionMetadataError, GroupAttnMeta, SeqSpec
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 KV_BUCKET = 256
@@ -25,27 +26,21 @@ TRASH_ID = "__cudagraph_trash__"
 
 @dataclass
 class _Graph:
-    graph: torch.cuda.CUDAGraph
-    ids: torch.Tensor  # [Bp] long
-    positions: torch.Tensor  # [Bp] long
-    slots: dict[str, torch.Tensor]  # [Bp] long per group
-    gather: dict[str, torch.Tensor]  # [Bp, Kp] long per group
-    bias: dict[str, torch.Tensor]  # [Bp, 1, 1, Kp] additive mask per group
-    logits: torch.Tensor  # [Bp, V] float32 (output)
+    """One captured decode call: n greedy steps (n = 1: a plain step, whose logits the sampler
+    reads; n > 1: a burst, engine/burst.py, step j's argmax being step j+1's input and tokens[j]).
 
-
-@dataclass
-class _Burst:
-    """n greedy steps in one graph: step j reads slots[g][j] and bias[g][j]; its argmax is
-    step j+1's input and tokens[j] (engine/burst.py)."""
+    Every input arrives in one int64 buffer, copied from a pinned twin in one transfer per call
+    (`_layout` names its parts: ids, positions, and per group the slots written, a window of the
+    block table, the last key each row reads and each step's visible key range); the graph
+    itself expands the tables into the [Bp, Kp] gather list and the additive masks."""
 
     graph: torch.cuda.CUDAGraph
-    ids: torch.Tensor  # [Bp] long: the first step's input
-    positions: torch.Tensor  # [Bp] long: the first step's positions
-    slots: dict[str, torch.Tensor]  # [n, Bp] long per group
-    gather: dict[str, torch.Tensor]  # [Bp, Kp] long per group (covers all n steps' keys)
-    bias: dict[str, torch.Tensor]  # [n, Bp, 1, 1, Kp] additive mask per group and step
-    tokens: torch.Tensor  # [n, Bp] long (output)
+    n: int
+    layout: dict[str, tuple[int, tuple[int, ...]]]  # name -> (offset, shape) in the buffers
+    host: torch.Tensor  # pinned int64 staging buffer
+    dev: torch.Tensor  # its device twin (the graph's input)
+    copied: torch.cuda.Event  # the last transfer out of `host` is done
+    out: torch.Tensor  # logits [Bp, V] float32 (n = 1) or tokens [n, Bp] long
 
 
 class CudaGraphDecoder:
@@ -57,13 +52,17 @@ class CudaGraphDecoder:
         got = blocks.admit(TRASH_ID, [0], max_new=1)
         if got is None:
             raise RuntimeError("no KV block left for the CUDA-graph scratch block")
-        self.trash = {g: t[0] * blocks.block_size for g, t in blocks.block_tables(TRASH_ID).items()}
+        self.trash_block = {g: t[0] for g, t in blocks.block_tables(TRASH_ID).items()}
+        self.trash = {g: b * blocks.block_size for g, b in self.trash_block.items()}
         self.graphs: dict[tuple, _Graph] = {}
-        self.bursts: dict[tuple, _Burst] = {}
         self.mempool = torch.cuda.graph_pool_handle()
         # a list turns on per-replay timing (bench/roofline.py --timeline): one
         # (host s at entry, host s at replay, start event, end event, steps) per call
         self.timing: list | None = None
+
+    @property
+    def bursts(self) -> dict[tuple, _Graph]:
+        return {k: v for k, v in self.graphs.items() if v.n > 1}
 
     def usable(self, specs: list[SeqSpec]) -> bool:
         return len(specs) <= self.max_batch and all(s.num_new == 1 for s in specs)
@@ -74,94 +73,83 @@ class CudaGraphDecoder:
 
     def run(self, ids: list[int], specs: list[SeqSpec]) -> torch.Tensor:
         """-> logits [B, V] float32 for a pure-decode step."""
-        t_in = time.perf_counter() if self.timing is not None else 0.0
-        B = len(specs)
-        meta = build_attention_metadata(specs, self.blocks.block_size, self.windows, "cpu")
-        Bp = self._bucket(B)
-        kps = {g: -(-gm.max_kv // KV_BUCKET) * KV_BUCKET for g, gm in meta.groups.items()}
-        key = (Bp, tuple(sorted(kps.items())))
-        entry = self.graphs.get(key)
-        if entry is None:
-            entry = self._capture(Bp, kps)
-            self.graphs[key] = entry
-        self._fill(entry, ids, meta, B, Bp, kps)
-        self._replay(entry.graph, t_in, 1)
-        return entry.logits[:B]
+        return self._call(ids, specs, 1)[:len(specs)]
 
     def run_burst(self, ids: list[int], specs: list[SeqSpec], n: int) -> torch.Tensor:
         """-> tokens [n, B] (device) of n greedy steps from a pure-decode step. The block
         tables must already cover positions num_cached .. num_cached + n - 1."""
-        t_in = time.perf_counter() if self.timing is not None else 0.0
-        B = len(specs)
-        # one n-token window per request gives every step's slots and causal mask at once
-        wide = [SeqSpec(s.num_cached, n, s.block_tables, s.kv_key) for s in specs]
-        meta = build_attention_metadata(wide, self.blocks.block_size, self.windows, "cpu")
-        Bp = self._bucket(B)
-        kps = {g: -(-gm.max_kv // KV_BUCKET) * KV_BUCKET for g, gm in meta.groups.items()}
-        key = (n, Bp, tuple(sorted(kps.items())))
-        e = self.bursts.get(key)
-        if e is None:
-            e = self._capture_burst(n, Bp, kps)
-            self.bursts[key] = e
-        host_ids = torch.zeros(Bp, dtype=torch.long)
-        host_ids[:B] = torch.tensor(ids, dtype=torch.long)
-        host_pos = torch.zeros(Bp, dtype=torch.long)
-        host_pos[:B] = meta.positions.view(B, n)[:, 0]
-        e.ids.copy_(host_ids, non_blocking=True)
-        e.positions.copy_(host_pos, non_blocking=True)
-        for g, gm in meta.groups.items():
-            Kp = kps[g]
-            slots = torch.full((n, Bp), self.trash[g], dtype=torch.long)
-            slots[:, :B] = gm.slot_mapping.view(B, n).t()
-            gather = self._padded_gather(g, gm, B, Bp, Kp)
-            valid = torch.zeros((n, Bp, 1, 1, Kp), dtype=torch.bool)
-            valid[:, :B, 0, 0, : gm.max_kv] = gm.mask[:, 0].permute(1, 0, 2)  # [B, n, K] -> [n, B, K]
-            valid[:, B:, :, :, 0] = True  # padded rows attend to the trash slot only
-            bias = torch.zeros((n, Bp, 1, 1, Kp), dtype=self.dtype).masked_fill_(~valid, float("-inf"))
-            e.slots[g].copy_(slots, non_blocking=True)
-            e.gather[g].copy_(gather, non_blocking=True)
-            e.bias[g].copy_(bias, non_blocking=True)
-        self._replay(e.graph, t_in, n)
-        return e.tokens[:, :B]
-
-    def _capture_burst(self, n: int, Bp: int, kps: dict[str, int]) -> _Burst:
-        dev = self.device
-        ids = torch.zeros(Bp, dtype=torch.long, device=dev)
-        pos = torch.zeros(Bp, dtype=torch.long, device=dev)
-        tokens = torch.zeros((n, Bp), dtype=torch.long, device=dev)
-        slots = {g: torch.full((n, Bp), self.trash[g], dtype=torch.long, device=dev) for g in kps}
-        gather = {g: torch.full((Bp, Kp), self.trash[g], dtype=torch.long, device=dev) for g, Kp in kps.items()}
-        bias = {g: torch.zeros((n, Bp, 1, 1, Kp), dtype=self.dtype, device=dev) for g, Kp in kps.items()}
-
-        def body() -> None:
-            cur = ids
-            for j in range(n):
-                groups = {}
-                for g, Kp in kps.items():
-                    gm = GroupAttnMeta(window=self.windows.get(g), slot_mapping=slots[g][j], gather_slots=gather[g],
-                                       mask=torch.ones((Bp, 1, 1, Kp), dtype=torch.bool, device=dev), num_seqs=Bp,
-                                       max_q=1, max_kv=Kp, q_index=None, out_index=None)
-                    gm._bias[self.dtype] = bias[g][j]
-                    groups[g] = gm
-                p = pos + j
-                meta = AttentionMetadata(positions=p, groups=groups, num_tokens=Bp, num_seqs=Bp, max_q=1,
-                                         uniform=True, query_start=list(range(Bp + 1)))
-                logits = self.model.compute_logits(self.model(cur, p, meta, self.pool))
-                cur = logits.float().argmax(-1)  # the sampler's greedy choice (ties -> lowest id)
-                tokens[j].copy_(cur)
-
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm up (allocator, lazy init) outside the graph
-                body()
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.mempool):
-            body()
-        return _Burst(graph, ids, pos, slots, gather, bias, tokens)
+        return self._call(ids, specs, n)[:, :len(specs)]
 
     # ---- internals ----------------------------------------------------------------
+    def _call(self, ids: list[int], specs: list[SeqSpec], n: int) -> torch.Tensor:
+        t_in = time.perf_counter() if self.timing is not None else 0.0
+        bs = self.blocks.block_size
+        B = len(specs)
+        Bp = self._bucket(B)
+        nc = np.fromiter((s.num_cached for s in specs), dtype=np.int64, count=B)
+        ctx = nc + n  # keys the last step reads (its own included)
+        starts, kps = {}, {}
+        for g in specs[0].block_tables:
+            if g not in self.windows and g != "full":
+                raise AttentionMetadataError(f"no window given for KV group {g!r}")
+            w = self.windows.get(g)
+            # as build_attention_metadata: from the block holding the first new token's oldest visible key
+            kv_start = np.zeros(B, dtype=np.int64) if w is None else (np.maximum(nc - w + 1, 0) // bs) * bs
+            starts[g] = kv_start
+            kps[g] = -(-int((ctx - kv_start).max()) // KV_BUCKET) * KV_BUCKET
+        key = (n, Bp, tuple(sorted(kps.items())))
+        e = self.graphs.get(key)
+        if e is None:
+            e = self._capture(n, Bp, kps)
+            self.graphs[key] = e
+        e.copied.synchronize()  # the previous call's transfer has left the staging buffer
+        host = e.host.numpy()
+
+        def part(name: str) -> np.ndarray:
+            off, shape = e.layout[name]
+            return host[off:off + int(np.prod(shape))].reshape(shape)
+
+        part("ids")[:B] = ids
+        part("ids")[B:] = 0
+        part("positions")[:B] = nc
+        part("positions")[B:] = 0
+        steps = np.arange(n, dtype=np.int64)
+        qpos = nc[None, :] + steps[:, None]  # [n, B] each step's query position
+        for g, kv_start in starts.items():
+            w = self.windows.get(g)
+            table = part(f"table:{g}")
+            nb = table.shape[1]
+            table[:] = self.trash_block[g]  # padding rows (and unused columns) read the trash block
+            first = kv_start // bs
+            for b, s in enumerate(specs):
+                t = s.block_tables[g]
+                if len(t) <= (ctx[b] - 1) // bs:
+                    raise AttentionMetadataError(f"group {g!r}: request {b} has {len(t)} blocks, needs "
+                                                 f"{(ctx[b] - 1) // bs + 1} for {ctx[b]} tokens")
+                row = t[first[b]:first[b] + nb]
+                table[b, :len(row)] = row
+            if (table[:B] < 0).any():
+                bad = int(np.argmax((table[:B] < 0).any(axis=1)))
+                raise AttentionMetadataError(f"group {g!r}: request {bad} reads a released (-1) block; "
+                                             f"window={w}, num_cached={nc[bad]}")
+            last = part(f"last:{g}")
+            last[:B] = ctx - 1 - kv_start  # padding keys repeat the last real one
+            last[B:] = 0
+            lo, hi = part(f"lo:{g}"), part(f"hi:{g}")
+            hi[:, :B] = qpos - kv_start[None, :] + 1  # causal: key position <= query position
+            lo[:, :B] = 0 if w is None else np.maximum(qpos - w - kv_start[None, :] + 1, 0)
+            hi[:, B:] = 1  # padding rows attend to the trash slot only
+            lo[:, B:] = 0
+            slots = part(f"slots:{g}")
+            rows = np.arange(B)
+            pos_block = (qpos - kv_start[None, :]) // bs  # [n, B], in the table window
+            slots[:, :B] = table[rows[None, :], pos_block] * bs + qpos % bs
+            slots[:, B:] = self.trash[g]
+        e.dev.copy_(e.host, non_blocking=True)
+        e.copied.record()
+        self._replay(e.graph, t_in, n)
+        return e.out
+
     def _replay(self, graph: torch.cuda.CUDAGraph, t_in: float, steps: int) -> None:
         if self.timing is None:
             graph.replay()
@@ -173,56 +161,87 @@ class CudaGraphDecoder:
         b.record()
         self.timing.append((t_in, t, a, b, steps))
 
-    def _padded_gather(self, g: str, gm: GroupAttnMeta, B: int, Bp: int, Kp: int) -> torch.Tensor:
-        """[Bp, Kp] host gather table: real rows padded with their last key, padding rows on trash."""
-        gather = torch.full((Bp, Kp), self.trash[g], dtype=torch.long)
-        gather[:B, : gm.max_kv] = gm.gather_slots
-        gather[:B, gm.max_kv:] = gm.gather_slots[:, -1:]
-        return gather
+    def _expand(self, part, keys: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+        """Per group, from the call's inputs: the gather list [Bp, Kp] (row b reads its table window
+        up to key last[b], padding keys repeat that one) and the additive masks [n, Bp, 1, 1, Kp]
+        (0 on keys lo[j, b] <= k < hi[j, b], else -inf): what build_attention_metadata makes."""
+        bs = self.blocks.block_size
+        gathers, biases = {}, {}
+        for g, k in keys.items():
+            kk = torch.minimum(k[None, :], part(f"last:{g}")[:, None])  # [Bp, Kp]
+            gathers[g] = part(f"table:{g}").gather(1, kk // bs) * bs + kk % bs
+            lo, hi = part(f"lo:{g}"), part(f"hi:{g}")
+            valid = (k >= lo[:, :, None]) & (k < hi[:, :, None])  # [n, Bp, Kp]
+            bias = torch.zeros(valid.shape, dtype=self.dtype, device=k.device).masked_fill_(~valid, float("-inf"))
+            biases[g] = bias.view(*valid.shape[:2], 1, 1, valid.shape[2])
+        return gathers, biases
 
-    def _fill(self, e: _Graph, ids: list[int], meta: AttentionMetadata, B: int, Bp: int, kps: dict[str, int]) -> None:
-        host_ids = torch.zeros(Bp, dtype=torch.long)
-        host_ids[:B] = torch.tensor(ids, dtype=torch.long)
-        host_pos = torch.zeros(Bp, dtype=torch.long)
-        host_pos[:B] = meta.positions
-        e.ids.copy_(host_ids, non_blocking=True)
-        e.positions.copy_(host_pos, non_blocking=True)
-        for g, gm in meta.groups.items():
-            Kp = kps[g]
-            slots = torch.full((Bp,), self.trash[g], dtype=torch.long)
-            slots[:B] = gm.slot_mapping
-            gather = self._padded_gather(g, gm, B, Bp, Kp)
-            valid = torch.zeros((Bp, 1, 1, Kp), dtype=torch.bool)
-            valid[:B, :, :, : gm.max_kv] = gm.mask
-            valid[B:, :, :, 0] = True  # padded rows attend to the trash slot only
-            bias = torch.zeros((Bp, 1, 1, Kp), dtype=self.dtype).masked_fill_(~valid, float("-inf"))
-            e.slots[g].copy_(slots, non_blocking=True)
-            e.gather[g].copy_(gather, non_blocking=True)
-            e.bias[g].copy_(bias, non_blocking=True)
-
-    def _capture(self, Bp: int, kps: dict[str, int]) -> _Graph:
-        dev = self.device
-        ids = torch.zeros(Bp, dtype=torch.long, device=dev)
-        pos = torch.zeros(Bp, dtype=torch.long, device=dev)
-        slots, gather, bias, groups = {}, {}, {}, {}
+    def _layout(self, n: int, Bp: int, kps: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+        bs = self.blocks.block_size
+        shapes: dict[str, tuple[int, ...]] = {"ids": (Bp,), "positions": (Bp,)}
         for g, Kp in kps.items():
-            slots[g] = torch.full((Bp,), self.trash[g], dtype=torch.long, device=dev)
-            gather[g] = torch.full((Bp, Kp), self.trash[g], dtype=torch.long, device=dev)
-            bias[g] = torch.zeros((Bp, 1, 1, Kp), dtype=self.dtype, device=dev)
-            gm = GroupAttnMeta(window=self.windows.get(g), slot_mapping=slots[g], gather_slots=gather[g],
-                               mask=torch.ones((Bp, 1, 1, Kp), dtype=torch.bool, device=dev), num_seqs=Bp,
-                               max_q=1, max_kv=Kp, q_index=None, out_index=None)
-            gm._bias[self.dtype] = bias[g]
-            groups[g] = gm
-        meta = AttentionMetadata(positions=pos, groups=groups, num_tokens=Bp, num_seqs=Bp, max_q=1, uniform=True,
-                                 query_start=list(range(Bp + 1)))
+            shapes[f"table:{g}"] = (Bp, (Kp - 1) // bs + 1)
+            shapes[f"last:{g}"] = (Bp,)
+            shapes[f"lo:{g}"] = (n, Bp)
+            shapes[f"hi:{g}"] = (n, Bp)
+            shapes[f"slots:{g}"] = (n, Bp)
+        layout, off = {}, 0
+        for name, shape in shapes.items():
+            layout[name] = (off, shape)
+            off += int(np.prod(shape))
+        return layout
+
+    def _capture(self, n: int, Bp: int, kps: dict[str, int]) -> _Graph:
+        dev = self.device
+        layout = self._layout(n, Bp, kps)
+        size = sum(int(np.prod(shape)) for _, shape in layout.values())
+        host = torch.zeros(size, dtype=torch.long).pin_memory()
+        buf = torch.zeros(size, dtype=torch.long, device=dev)
+
+        def part(name: str) -> torch.Tensor:
+            off, shape = layout[name]
+            return buf[off:off + int(np.prod(shape))].view(shape)
+
+        # a valid starting state for the warm-up runs: every row reads the trash slot only
+        for g in kps:
+            part(f"table:{g}").fill_(self.trash_block[g])
+            part(f"hi:{g}").fill_(1)
+            part(f"slots:{g}").fill_(self.trash[g])
+        ids, pos = part("ids"), part("positions")
+        keys = {g: torch.arange(Kp, dtype=torch.long, device=dev) for g, Kp in kps.items()}
+        placeholder = {g: torch.ones((Bp, 1, 1, Kp), dtype=torch.bool, device=dev) for g, Kp in kps.items()}
+        out = (torch.zeros((n, Bp), dtype=torch.long, device=dev) if n > 1 else None)
+
+        def body() -> torch.Tensor:
+            gathers, biases = self._expand(part, keys)
+            cur = ids
+            logits = None
+            for j in range(n):
+                groups = {}
+                for g, Kp in kps.items():
+                    gm = GroupAttnMeta(window=self.windows.get(g), slot_mapping=part(f"slots:{g}")[j],
+                                       gather_slots=gathers[g], mask=placeholder[g], num_seqs=Bp, max_q=1,
+                                       max_kv=Kp, q_index=None, out_index=None)
+                    gm._bias[self.dtype] = biases[g][j]
+                    groups[g] = gm
+                p = pos + j if j else pos
+                meta = AttentionMetadata(positions=p, groups=groups, num_tokens=Bp, num_seqs=Bp, max_q=1,
+                                         uniform=True, query_start=list(range(Bp + 1)))
+                logits = self.model.compute_logits(self.model(cur, p, meta, self.pool))
+                if n > 1:
+                    cur = logits.float().argmax(-1)  # the sampler's greedy choice (ties -> lowest id)
+                    out[j].copy_(cur)
+            return out if n > 1 else logits
+
         stream = torch.cuda.Stream(dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up (allocator, lazy init) outside the graph
-                self.model.compute_logits(self.model(ids, pos, meta, self.pool))
+                body()
         torch.cuda.current_stream(dev).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.mempool):
-            logits = self.model.compute_logits(self.model(ids, pos, meta, self.pool))
-        return _Graph(graph, ids, pos, slots, gather, bias, logits)
+            result = body()
+        copied = torch.cuda.Event()
+        copied.record()
+        return _Graph(graph, n, layout, host, buf, copied, result)
