@@ -1,0 +1,319 @@
+// Few-query attention straight from the paged KV pools (CPU decode steps, speculative verify
+// windows, small decode batches).
+//
+// Row t of q [T, H, D] belongs to request b = rows[t, 0] and sees the keys whose pool slots are
+// gather_slots[b, lo:hi) (lo = rows[t, 1], hi = rows[t, 2]: its causal / sliding-window range).
+// For every (row, KV head) pair the `rep = H / Hkv` query heads sharing that KV head (GQA: query
+// head h reads KV head h / rep) are computed together, so each K/V row is loaded once for all of
+// them:
+//   pass 1: s[r][j] = scale * dot(q_r, k_j) for j in [0, L), L = hi - lo, in float32
+//   pass 2: m_r = max_j s[r][j]; p = exp(s - m_r); l_r = sum_j p   (float32)
+//   pass 3: o_r = (sum_j p[r][j] * v_j) / l_r                       (float32, one rounding at the end)
+//
+// Bitwise batch invariance by construction: a pair's result depends only on its query row, its
+// own keys in order and L. The reduction orders are fixed functions of L (blocks of 16 keys
+// counted from the row's first key; a dot product's lanes summed by a fixed tree), never of T,
+// of the row's place in the call, of other rows, of where lo sits in gather_slots, or of the
+// thread split (one pair is computed by one thread, start to end). So a verify-window row gets
+// the bits a lone one-token decode step gets for it, and speculative decoding stays exactly plain
+// greedy. Slots outside [lo, hi) are never read, so garbage (NaN) past a request's range cannot
+// leak into it.
+//
+// Pools are float32 or bfloat16 ([num_slots, Hkv, D], contiguous), q the same or the other of the
+// two; the output has q's dtype. The AVX-512 path needs D % 16 == 0; everything else takes the
+// portable scalar path (same math, its own fixed order).
+
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX512F__)
+#define AUGURY_ATTN_AVX512 1
+#include <immintrin.h>
+#endif
+
+namespace {
+
+inline float to_f(float x) { return x; }
+inline float to_f(c10::BFloat16 x) { return static_cast<float>(x); }
+
+// ---------------------------------------------------------------------------------------------
+// Portable path: one (row, KV head) pair, scalar float32 in plain index order.
+template <typename KT>
+void pair_scalar(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, const int64_t* slots, int64_t L,
+                 int64_t slot_stride, float scale, float* s, float* out) {
+  for (int r = 0; r < rep; ++r) {
+    const float* qr = q + r * D;
+    float* sr = s + r * L;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < L; ++j) {
+      const KT* k = kp + slots[j] * slot_stride;
+      float acc = 0.f;
+      for (int64_t d = 0; d < D; ++d) acc += qr[d] * to_f(k[d]);
+      sr[j] = acc * scale;
+      m = std::max(m, sr[j]);
+    }
+    float l = 0.f;
+    for (int64_t j = 0; j < L; ++j) {
+      sr[j] = std::exp(sr[j] - m);
+      l += sr[j];
+    }
+    float* o = out + r * D;
+    std::fill(o, o + D, 0.f);
+    for (int64_t j = 0; j < L; ++j) {
+      const KT* v = vp + slots[j] * slot_stride;
+      for (int64_t d = 0; d < D; ++d) o[d] += sr[j] * to_f(v[d]);
+    }
+    for (int64_t d = 0; d < D; ++d) o[d] /= l;
+  }
+}
+
+#ifdef AUGURY_ATTN_AVX512
+// ---------------------------------------------------------------------------------------------
+// AVX-512 path.
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {  // bf16 -> f32 is exact: the bits move up 16
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// exp for x <= 0 (softmax after max subtraction): Cephes' expf polynomial on the reduced argument,
+// scaled by 2^n with scalef (which underflows to 0 cleanly). ~1 ulp.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// a[0..15] (one accumulator per key) -> one vector whose lane i is the lane sum of a[perm[i]]:
+// a transpose-and-add tree (each output lane sums only its own key's lanes, in a fixed order,
+// so a key's score does not depend on the other keys of its block). `kPerm` undoes the tree's
+// lane order; it is measured once at start-up (see key_order()).
+inline __m512 hsum16(__m512* a) {
+  __m512 b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: key i in the low half, key i + 8 in the high
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+  for (int i = 0; i < 4; ++i)  // 128-bit lanes
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[i], b[i + 4], 0x88), _mm512_shuffle_f32x4(b[i], b[i + 4], 0xDD));
+  for (int i = 0; i < 2; ++i)  // pairs of floats
+    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[i], c[i + 2], 0x44), _mm512_shuffle_ps(c[i], c[i + 2], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+}
+
+// The permutation putting hsum16's output lanes back in key order, found by running it on
+// one-hot inputs (so it cannot disagree with the shuffles above).
+__m512i key_order() {
+  alignas(64) float lanes[16];
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) {
+    std::fill(lanes, lanes + 16, 0.f);
+    lanes[0] = static_cast<float>(i);
+    a[i] = _mm512_load_ps(lanes);
+  }
+  _mm512_store_ps(lanes, hsum16(a));
+  alignas(64) int32_t idx[16];
+  for (int i = 0; i < 16; ++i) idx[static_cast<int>(lanes[i])] = i;
+  return _mm512_load_si512(idx);
+}
+
+// pass 1 for one query head: s[j] = scale * q . k_j, 16 keys at a time
+template <typename KT>
+void scores16(const float* q, int64_t D, const KT* kp, const int64_t* slots, int64_t L, int64_t slot_stride,
+              float scale, __m512i perm, float* s) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < L; j0 += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, L - j0));
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      __m512 qd = _mm512_loadu_ps(q + d);
+      for (int i = 0; i < n; ++i)
+        acc[i] = _mm512_fmadd_ps(qd, load16(kp + slots[j0 + i] * slot_stride + d), acc[i]);
+    }
+    __m512 sum = _mm512_permutexvar_ps(perm, hsum16(acc));
+    _mm512_mask_storeu_ps(s + j0, static_cast<__mmask16>((1u << n) - 1), _mm512_mul_ps(sum, vscale));
+  }
+}
+
+// pass 3 for query heads [r0, r0 + NR), D columns [d0, d0 + 16 * NC): acc += p[r][j] * v_j
+template <int NR, int NC, typename KT>
+void pv_tile(const float* s, int64_t L, const KT* vp, const int64_t* slots, int64_t slot_stride, int64_t d0,
+             float* out, int64_t D) {
+  __m512 acc[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < L; ++j) {
+    const KT* v = vp + slots[j] * slot_stride + d0;
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = load16(v + 16 * c);
+    for (int r = 0; r < NR; ++r) {
+      __m512 p = _mm512_set1_ps(s[r * L + j]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + r * D + d0 + 16 * c, acc[r][c]);
+}
+
+template <int NC, typename KT>
+void pv_heads(const float* s, int rep, int64_t L, const KT* vp, const int64_t* slots, int64_t slot_stride,
+              int64_t d0, float* out, int64_t D) {
+  int r = 0;
+  for (; r + 3 <= rep; r += 3) pv_tile<3, NC>(s + r * L, L, vp, slots, slot_stride, d0, out + r * D, D);
+  if (rep - r == 2) pv_tile<2, NC>(s + r * L, L, vp, slots, slot_stride, d0, out + r * D, D);
+  if (rep - r == 1) pv_tile<1, NC>(s + r * L, L, vp, slots, slot_stride, d0, out + r * D, D);
+}
+
+template <typename KT>
+void pair_avx512(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, const int64_t* slots, int64_t L,
+                 int64_t slot_stride, float scale, __m512i perm, float* s, float* lsum, float* out) {
+  for (int r = 0; r < rep; ++r) scores16(q + r * D, D, kp, slots, L, slot_stride, scale, perm, s + r * L);
+  for (int r = 0; r < rep; ++r) {  // pass 2: max, exp, sum in 16-lane chunks from the row's first key
+    float* sr = s + r * L;
+    __m512 vm = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < L; j += 16) {
+      __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, L - j)) - 1);
+      vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, k, sr + j));
+    }
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+    __m512 vl = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j += 16) {
+      __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, L - j)) - 1);
+      __m512 p = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sr + j), m)));
+      _mm512_mask_storeu_ps(sr + j, k, p);
+      vl = _mm512_add_ps(vl, p);
+    }
+    lsum[r] = _mm512_reduce_add_ps(vl);  // the lanes added by a fixed tree
+  }
+  int64_t d0 = 0;
+  for (; d0 + 64 <= D; d0 += 64) pv_heads<4>(s, rep, L, vp, slots, slot_stride, d0, out, D);
+  for (; d0 < D; d0 += 16) pv_heads<1>(s, rep, L, vp, slots, slot_stride, d0, out, D);
+  for (int r = 0; r < rep; ++r) {
+    const __m512 vl = _mm512_set1_ps(lsum[r]);
+    for (int64_t d = 0; d < D; d += 16)
+      _mm512_storeu_ps(out + r * D + d, _mm512_div_ps(_mm512_loadu_ps(out + r * D + d), vl));
+  }
+}
+#endif  // AUGURY_ATTN_AVX512
+
+template <typename QT>
+void load_q(const QT* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f(src[i]);
+}
+template <typename QT>
+void store_o(const float* src, int64_t n, QT* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<QT>(src[i]);  // bf16: round to nearest even
+}
+
+template <typename QT, typename KT>
+void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool, const at::Tensor& gather,
+         const at::Tensor& rows, double scale, bool parallel, at::Tensor& out) {
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k_pool.size(1), W = gather.size(1);
+  const int rep = static_cast<int>(H / Hkv);
+  const QT* qd = q.data_ptr<QT>();
+  QT* od = out.data_ptr<QT>();
+  const KT* kd = k_pool.data_ptr<KT>();
+  const KT* vd = v_pool.data_ptr<KT>();
+  const int64_t* gd = gather.data_ptr<int64_t>();
+  const int32_t* rd = rows.data_ptr<int32_t>();
+  const int64_t slot_stride = Hkv * D;
+#ifdef AUGURY_ATTN_AVX512
+  static const __m512i perm = key_order();
+  const bool vec = D % 16 == 0;
+#endif
+  auto work = [&](int64_t p0, int64_t p1) {
+    std::vector<float> buf;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t t = p / Hkv, g = p % Hkv;
+      const int64_t b = rd[3 * t], lo = rd[3 * t + 1], L = rd[3 * t + 2] - lo;
+      const int64_t need = 2 * rep * D + rep + rep * L;
+      if (static_cast<int64_t>(buf.size()) < need) buf.resize(need);
+      float *qf = buf.data(), *of = qf + rep * D, *lsum = of + rep * D, *s = lsum + rep;
+      load_q(qd + (t * H + g * rep) * D, rep * D, qf);
+      const int64_t* slots = gd + b * W + lo;
+#ifdef AUGURY_ATTN_AVX512
+      if (vec)
+        pair_avx512(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), perm, s, lsum, of);
+      else
+#endif
+        pair_scalar(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), s, of);
+      store_o(of, rep * D, od + (t * H + g * rep) * D);
+    }
+  };
+  const int64_t pairs = T * Hkv;
+  if (parallel && pairs > 1)
+    at::parallel_for(0, pairs, 1, work);  // one pair = one thread: the split cannot change a bit
+  else
+    work(0, pairs);
+}
+
+// q [T, H, D]; k_pool, v_pool [S, Hkv, D]; gather_slots [B, W] int64; rows [T, 3] int32 (request,
+// lo, hi) -> [T, H, D] in q's dtype. `parallel`: split (row, KV head) pairs over torch's threads.
+at::Tensor paged_attention_rows(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
+                                const at::Tensor& gather_slots, const at::Tensor& rows, double scale,
+                                bool parallel) {
+  TORCH_CHECK(q.dim() == 3 && k_pool.dim() == 3 && v_pool.dim() == 3, "q [T, H, D], pools [S, Hkv, D]");
+  TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous(), "contiguous tensors only");
+  TORCH_CHECK(k_pool.sizes() == v_pool.sizes() && k_pool.scalar_type() == v_pool.scalar_type(),
+              "k_pool and v_pool differ");
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), S = k_pool.size(0), Hkv = k_pool.size(1);
+  TORCH_CHECK(k_pool.size(2) == D && Hkv > 0 && H % Hkv == 0, "head shapes: q ", q.sizes(), " pool ", k_pool.sizes());
+  TORCH_CHECK(gather_slots.dim() == 2 && gather_slots.scalar_type() == at::kLong && gather_slots.is_contiguous(),
+              "gather_slots: contiguous int64 [B, W]");
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == T && rows.size(1) == 3 && rows.scalar_type() == at::kInt &&
+                  rows.is_contiguous(), "rows: contiguous int32 [T, 3]");
+  const int64_t B = gather_slots.size(0), W = gather_slots.size(1);
+  const int32_t* rd = rows.data_ptr<int32_t>();
+  const int64_t* gd = gather_slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t) {  // bounds, so a bad plan is an error and never a wild read
+    const int64_t b = rd[3 * t], lo = rd[3 * t + 1], hi = rd[3 * t + 2];
+    TORCH_CHECK(b >= 0 && b < B && lo >= 0 && lo < hi && hi <= W, "row ", t, ": bad (request, lo, hi) = (", b,
+                ", ", lo, ", ", hi, ") for gather_slots ", gather_slots.sizes());
+    for (int64_t j = lo; j < hi; ++j)
+      TORCH_CHECK(gd[b * W + j] >= 0 && gd[b * W + j] < S, "row ", t, ": slot ", gd[b * W + j], " outside the pool");
+  }
+  auto out = at::empty_like(q);
+  if (T == 0) return out;
+  const auto qt = q.scalar_type(), kt = k_pool.scalar_type();
+  TORCH_CHECK((qt == at::kFloat || qt == at::kBFloat16) && (kt == at::kFloat || kt == at::kBFloat16),
+              "float32 / bfloat16 only");
+  if (qt == at::kFloat && kt == at::kFloat)
+    run<float, float>(q, k_pool, v_pool, gather_slots, rows, scale, parallel, out);
+  else if (qt == at::kFloat)
+    run<float, c10::BFloat16>(q, k_pool, v_pool, gather_slots, rows, scale, parallel, out);
+  else if (kt == at::kFloat)
+    run<c10::BFloat16, float>(q, k_pool, v_pool, gather_slots, rows, scale, parallel, out);
+  else
+    run<c10::BFloat16, c10::BFloat16>(q, k_pool, v_pool, gather_slots, rows, scale, parallel, out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
+  m.def("paged_attention_rows(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor rows, "
+        "float scale, bool parallel) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
+  m.impl("paged_attention_rows", &paged_attention_rows);
+}
