@@ -21,12 +21,28 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from augury.cpu_kernels import attention as native_attn
 from augury.layers.attention_decode_cpu import attend_decode_cpu, attend_rows_cpu
 
 # CPU steps whose attention runs row by row (attend_rows_cpu): verify windows up to the
-# longest draft + 1, and steps of at most this many query tokens (decode batches included)
+# longest draft + 1, and steps of at most this many query tokens (decode batches included).
+# With the native kernel (augury/cpu_kernels/attention.cpp) every segment of at most
+# MAX_ROWS_WINDOW rows per request runs row by row, whatever its token count
 MAX_ROWS_WINDOW = 17
 MAX_ROWS_TOKENS = 64
+
+_NATIVE: bool | None = None
+
+
+def native_cpu_attention() -> bool:
+    """Whether the native few-query kernel is loaded (the first call builds or loads the library;
+    the answer is kept, so the layers pay a global read). False: the torch path below serves."""
+    global _NATIVE
+    if _NATIVE is None:
+        from augury.cpu_kernels.attention import kernel_ready
+
+        _NATIVE = kernel_ready()
+    return _NATIVE
 
 
 @dataclass
@@ -314,6 +330,8 @@ def paged_attention(
         from augury.layers.attention_cpu_op import attend_compiled_cpu  # registered by engine/loader.py
 
         return attend_compiled_cpu(q, k_pool, v_pool, gmeta, scale)
+    if softcap is None and q.device.type == "cpu" and native_cpu_attention() and native_attn.supports(q, k_pool):
+        return attend_native_cpu(q, k_pool, v_pool, gmeta, scale)
     return attend(q, lambda slots: k_pool.index_select(0, slots), lambda slots: v_pool.index_select(0, slots),
                   gmeta, scale, softcap)
 
@@ -329,6 +347,35 @@ def _paged_kernel():
 
 
 Reader = Callable[[torch.Tensor], torch.Tensor]  # flat slots [S] -> rows [S, Hkv, D]
+
+
+def attend_native_cpu(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta: GroupAttnMeta,
+                      scale: float) -> torch.Tensor:
+    """Eager CPU attention over plain pools with the native kernel loaded: q [T, H, D] -> [T, H, D].
+
+    Segments of at most MAX_ROWS_WINDOW rows per request (one-token decodes, verify windows, small
+    chunks; the whole step at once when no segment is wider) run in one kernel call that reads the
+    pools in place, each row bitwise its own one-token step, sliding windows included (a row's key
+    range comes from the mask). Wider segments (prefill chunks) keep gather + SDPA."""
+    if gmeta.max_q <= MAX_ROWS_WINDOW:
+        return native_rows_cpu(q, k_pool, v_pool, gmeta, scale)
+    segs = [(0, q.shape[0], gmeta)] if gmeta.parts is None else gmeta.parts
+    return torch.cat([
+        native_rows_cpu(q[lo:hi], k_pool, v_pool, m, scale) if m.max_q <= MAX_ROWS_WINDOW else
+        _attend_segment(q[lo:hi], lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), m,
+                        scale, None)
+        for lo, hi, m in segs])
+
+
+def native_rows_cpu(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta: GroupAttnMeta,
+                    scale: float) -> torch.Tensor:
+    """One native kernel call for every row of `gmeta`; its row plan is made on the step's first
+    layer and kept on the metadata for the rest."""
+    plan = getattr(gmeta, "_native_plan", None)
+    if plan is None:
+        plan = native_attn.make_plan(gmeta.mask, gmeta.out_index, gmeta.dense, q.shape[1], q.shape[2])
+        gmeta._native_plan = plan
+    return native_attn.paged_attention_rows(q, k_pool, v_pool, gmeta.gather_slots, plan, scale)
 
 
 def attend(q: torch.Tensor, read_k: Reader, read_v: Reader, gmeta: GroupAttnMeta, scale: float,
