@@ -41,6 +41,7 @@ class _Graph:
     dev: torch.Tensor  # its device twin (the graph's input)
     copied: torch.cuda.Event  # the last transfer out of `host` is done
     out: torch.Tensor  # logits [Bp, V] float32 (n = 1) or tokens [n, Bp] long
+    keep: tuple = ()  # other tensors made before the capture that the graph reads: they must outlive it
 
 
 class CudaGraphDecoder:
@@ -244,4 +245,4 @@ class CudaGraphDecoder:
             result = body()
         copied = torch.cuda.Event()
         copied.record()
-        return _Graph(graph, n, layout, host, buf, copied, result)
+        return _Graph(graph, n, layout, host, buf, copied, result, (keys, placeholder))
