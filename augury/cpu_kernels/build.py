@@ -63,6 +63,18 @@ def unavailable_reason() -> str | None:
     return None if _state.get("ok", True) else str(_state.get("why"))
 
 
+def _ninja_on_path() -> None:
+    """The `ninja` PyPI package (a dependency) puts its binary in a venv's bin folder, which is not on
+    PATH when the venv's python is run without activating it: add it for torch's builder."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    bin_dir = str(getattr(ninja, "BIN_DIR", ""))
+    if bin_dir and bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
 def _build() -> tuple[bool, str]:
     if os.environ.get("AUGURY_CPU_KERNELS", "1") == "0":
         return False, "disabled by AUGURY_CPU_KERNELS=0"
@@ -71,6 +83,7 @@ def _build() -> tuple[bool, str]:
     except ImportError as e:  # pragma: no cover - part of every torch
         return False, f"torch.utils.cpp_extension: {e}"
     here = Path(__file__).parent
+    _ninja_on_path()
     try:
         cpp_extension.verify_ninja_availability()
     except RuntimeError:

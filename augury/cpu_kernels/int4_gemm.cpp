@@ -179,9 +179,14 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
       const uint8_t* wt = wp + t * nblocks * kBlockBytes;
       const uint16_t* szt = szp + t * G * 2 * kTile;
 #ifdef AUGURY_VNNI
+      // up to 8 rows share one unpacking of the tile's weights (8 weight + 8 accumulator registers)
       int64_t r = 0;
-      for (; r + 4 <= M; r += 4) tile_rows<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+      for (; r + 8 <= M; r += 8) tile_rows<8>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
       switch (M - r) {
+        case 7: tile_rows<7>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 6: tile_rows<6>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 5: tile_rows<5>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 4: tile_rows<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
         case 3: tile_rows<3>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
         case 2: tile_rows<2>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
         case 1: tile_rows<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;

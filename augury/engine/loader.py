@@ -68,18 +68,40 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     # them, prefill sizes past the int4 kernels' dense switch. A long-running server meets more
     # of those than dynamo's default limit of 8, after which the frame would run eagerly
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-    # Guards on the model's ~300 modules cost ~0.4 ms of a ~8 ms CPU step, but dynamo keys its cache
-    # on the forward's code object, shared by every model of the class in the process: without those
-    # guards a second engine could run a graph traced for another model (kept; not worth the risk)
-    compiled = torch.compile(model.forward, dynamic=True)
+    # Dynamo keeps one cache per code object and, on every call, evaluates the guards of its entries
+    # newest first until one passes: with decode, verify-window and prefill graphs in one cache a
+    # decode step paid for ~3 guard sets (~3,000 guards each: ~1 ms of a ~5 ms CPU step). So each
+    # row class gets an entry function of its own (a fresh code object, made per model: no other
+    # model's graphs can be found there either), and a step checks one guard set.
     dtype = next(model.parameters()).dtype
+    eager = model.forward
+    compiled = {kind: torch.compile(_entry_function(f"augury_forward_{kind}"), dynamic=True)
+                for kind in ("one_row", "few_rows", "many_rows")}
 
     def forward(input_ids: torch.Tensor, positions: torch.Tensor, meta, kv) -> torch.Tensor:
         if input_ids.device.type != "cpu":  # CPU graphs never read the masks (the op builds its own)
             prepare_masks(meta, dtype)
-        return compiled(input_ids, positions, meta, kv)
+        n = input_ids.shape[0]
+        kind = "one_row" if n == 1 else "few_rows" if n < _MANY_ROWS else "many_rows"
+        return compiled[kind](eager, input_ids, positions, meta, kv)
 
     model.forward = forward
+
+
+# From this many rows a step is a prefill chunk or a big batch (CPU int4 layers switch to their
+# dense copy there: layers/quant_linear.py INT4_DENSE_MIN_ROWS)
+_MANY_ROWS = 16
+
+
+def _entry(fwd, input_ids, positions, meta, kv):  # noqa: ANN001 - traced by dynamo
+    return fwd(input_ids, positions, meta, kv)
+
+
+def _entry_function(name: str):
+    """A function doing what `_entry` does, under a code object of its own (dynamo's cache key)."""
+    import types
+
+    return types.FunctionType(_entry.__code__.replace(co_name=name), _entry.__globals__, name)
 
 
 def load_model(cfg: EngineConfig) -> LoadedModel:

@@ -335,7 +335,9 @@ class Int4Linear(nn.Module):
         self._layout = device.type
         # augury's own CPU kernel (int8 activations, bf16 scales: the act_dtype the scales are stored in)
         self._native = False
-        self.native_scales: torch.Tensor | None = None
+        # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
+        # it as the module's state like `packed`
+        self.register_buffer("native_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
         # optional resident bf16 copy [N, K] for many-row inputs (CPU prefill); see keep_dense_copy
