@@ -75,7 +75,17 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     # model's graphs can be found there either), and a step checks one guard set.
     dtype = next(model.parameters()).dtype
     eager = model.forward
-    compiled = {kind: torch.compile(_entry_function(f"augury_forward_{kind}"), dynamic=True)
+    # On the CPU the model's modules are not changed after this point and these code objects belong
+    # to this model alone, so guards on module attributes (~3,000 per graph) only re-check what cannot
+    # change: skipped (AUGURY_COMPILE_MODULE_GUARDS=1 keeps them). Guards on tensors and on the step's
+    # metadata stay. fullgraph: a graph break would give the model's own forward a dynamo cache, keyed
+    # on a code object every model of the class shares, where skipped guards would be unsafe. (GPU
+    # steps mostly replay CUDA graphs, and not every GPU path is break-free: guards kept there.)
+    cpu = next(model.parameters()).device.type == "cpu"
+    skip = cpu and os.environ.get("AUGURY_COMPILE_MODULE_GUARDS") != "1"
+    options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe} if skip else {}
+    compiled = {kind: torch.compile(_entry_function(f"augury_forward_{kind}"), dynamic=True, fullgraph=skip,
+                                    options=options)
                 for kind in ("one_row", "few_rows", "many_rows")}
 
     def forward(input_ids: torch.Tensor, positions: torch.Tensor, meta, kv) -> torch.Tensor:
