@@ -1,6 +1,10 @@
 """Few-query attention for eager CPU steps: one-token decodes (attend_decode_cpu) and verify windows
 and small batches with bitwise batch invariance (attend_rows_cpu). See layers/attention.py.
 
+This is the torch fallback: when augury's native CPU kernels are loaded, steps over plain pools run
+augury/cpu_kernels/attention.cpp instead (layers/attention.py `attend_native_cpu`), which is batch
+invariant by construction; this module still serves encoded KV codecs and machines without the library.
+
 How a row is computed (a lone decode step and every row of a window alike): its L visible keys are
 gathered newest first and padded to N = round_up(L, BUCKET) with copies of its oldest key; scores
 are one bmm of per-entry shape [rep, D] x [D, N] (one entry per KV head), scaled, the N - L padded
