@@ -36,20 +36,9 @@ class RowPlan:
     parallel: bool
 
 
-_fake_registered = False
-
-
 def kernel_ready() -> bool:
-    """Load the library (building it the first time) and register the op's shape function for torch.compile."""
-    global _fake_registered
-    if not load():
-        return False
-    if not _fake_registered:
-        @torch.library.register_fake("augury_cpu::paged_attention_rows")
-        def _(q, k_pool, v_pool, gather_slots, rows, scale, parallel):
-            return torch.empty_like(q)
-        _fake_registered = True
-    return True
+    """Load the library (building it the first time on this machine); True when its ops are there."""
+    return load()
 
 
 def supports(q: torch.Tensor, k_pool: torch.Tensor) -> bool:

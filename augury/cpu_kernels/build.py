@@ -48,10 +48,24 @@ def load() -> bool:
         if "ok" in _state:
             return bool(_state["ok"])
         ok, why = _build()
+        if ok:
+            _register_shape_functions()
         _state["ok"], _state["why"] = ok, why
         if not ok:
             log.warning("augury CPU kernels unavailable (%s): using torch's kernels", why)
         return ok
+
+
+def _register_shape_functions() -> None:
+    """What each op returns, for torch.compile's tracing (the ops themselves are opaque to it)."""
+
+    @torch.library.register_fake("augury_cpu::int4_mm")
+    def _(x, packed, scales, group_size):  # noqa: ANN001 - torch's fake-tensor signature
+        return x.new_empty((x.shape[0], packed.shape[0] * packed.shape[2] // 16))  # 16 rows x 16 bytes per tile
+
+    @torch.library.register_fake("augury_cpu::paged_attention_rows")
+    def _(q, k_pool, v_pool, gather_slots, rows, scale, parallel):  # noqa: ANN001
+        return torch.empty_like(q)
 
 
 def available() -> bool:

@@ -39,17 +39,6 @@ def int4_mm(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group_s
     return torch.ops.augury_cpu.int4_mm(x, packed, scales, group_size)
 
 
-_fake_registered = False
-
-
 def kernel_ready() -> bool:
-    """Load the library (building it the first time) and register the op's shape function for torch.compile."""
-    global _fake_registered
-    if not load():
-        return False
-    if not _fake_registered:
-        @torch.library.register_fake("augury_cpu::int4_mm")
-        def _(x, packed, scales, group_size):
-            return x.new_empty((x.shape[0], packed.shape[0] * TILE))
-        _fake_registered = True
-    return True
+    """Load the library (building it the first time on this machine); True when its ops are there."""
+    return load()
