@@ -63,6 +63,10 @@ def _register_shape_functions() -> None:
     def _(x, packed, scales, group_size):  # noqa: ANN001 - torch's fake-tensor signature
         return x.new_empty((x.shape[0], packed.shape[0] * packed.shape[2] // 16))  # 16 rows x 16 bytes per tile
 
+    @torch.library.register_fake("augury_cpu::rms_norm")
+    def _(x, eps):  # noqa: ANN001
+        return torch.empty_like(x)
+
     @torch.library.register_fake("augury_cpu::paged_attention_rows")
     def _(q, k_pool, v_pool, gather_slots, rows, scale, parallel):  # noqa: ANN001
         return torch.empty_like(q)

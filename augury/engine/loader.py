@@ -61,6 +61,9 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     if not cfg.compile:
         return
     import augury.layers.attention_cpu_op  # noqa: F401  (registers the op CPU graphs call)
+    from augury.layers.norm import _native
+
+    _native()  # load the native kernels now: a graph must not trace their build
     from augury.layers.attention import prepare_masks
 
     # what is left is structural and bounded: one row or several (size 1 is always specialized),

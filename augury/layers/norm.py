@@ -32,6 +32,13 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., D] (trailing dims must broadcast with weight) -> same shape and dtype."""
         d = (x.shape[-1],)
+        if x.device.type == "cpu" and _native():
+            # augury's row-invariant kernel (cpu_kernels/rms_norm.cpp): a compiled verify-window row
+            # then keeps the bits of its own decode step; the weight is applied as below
+            h = torch.ops.augury_cpu.rms_norm(x.float().reshape(-1, d[0]).contiguous(), self.eps).view(x.shape)
+            if self.gemma_style:
+                return (h * (1.0 + self.weight.float())).to(x.dtype)
+            return self.weight * h.to(x.dtype)
         if self.gemma_style:
             h = F.rms_norm(x.float(), d, None, self.eps)
             return (h * (1.0 + self.weight.float())).to(x.dtype)
@@ -46,3 +53,16 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}, gemma_style={self.gemma_style}"
+
+
+_NATIVE: bool | None = None
+
+
+def _native() -> bool:
+    """Whether augury's CPU kernels are loaded (asked once; building them is cpu_kernels.load's job)."""
+    global _NATIVE
+    if _NATIVE is None:
+        from augury.cpu_kernels import load
+
+        _NATIVE = load()
+    return _NATIVE
