@@ -108,7 +108,7 @@ def _build() -> tuple[bool, str]:
         return False, "ninja is not installed (pip install ninja)"
     build_dir = Path(cpp_extension._get_build_directory(_NAME, verbose=False))
     if not any(build_dir.glob("*.so")) and not any(build_dir.glob("*.pyd")):
-        print("augury: building the native CPU kernels (once per machine, about a minute)...", file=sys.stderr,
+        print("augury: building the native CPU kernels (once per machine, 10-60 s)...", file=sys.stderr,
               flush=True)
     try:
         cpp_extension.load(
