@@ -198,3 +198,26 @@ def test_compiled_speculation_is_exact_and_compiles_few_graphs(tiny_llama_dir, w
         assert entries["one_row"] == 1 and entries["few_rows"] <= 2 and entries["many_rows"] <= 1, entries
         # calibration metas built outside inference mode used to add a graph per size
         assert counters["stats"]["unique_graphs"] - before <= 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma3_text"])
+def test_every_family_compiles_whole_and_speculates_exactly(tmp_path, family):
+    """On the CPU the compiled forward is one graph per row class (fullgraph: a graph break would
+    be an error, not a silent fallback), for every family's layer code (q/k norms, sliding windows,
+    Gemma norms); prompt lookup under it still gives plain greedy's tokens."""
+    from tests.conftest import make_tiny_hf_model
+
+    if device_under_test().type != "cpu":
+        pytest.skip("fullgraph applies to CPU graphs")
+    c = make_engine(make_tiny_hf_model(tmp_path / family, family), compile=True, spec="ngram",
+                    spec_adaptive=False, enable_prefix_caching=False)
+    try:
+        ps = [(p * 4)[:40] for p in prompts(2)]
+        runs = [[c.generate(p, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True,
+                                              speculative=spec)).token_ids for p in ps]
+                for spec in (False, {"method": "ngram"})]
+        assert all(len(t) == 16 for run in runs for t in run)  # a failed compile ends requests early
+        assert runs[0] == runs[1]
+    finally:
+        c.shutdown()
