@@ -15,8 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from augury.cpu_kernels.build import load
-
 DTYPES = (torch.float32, torch.bfloat16)
 
 # Split (row, KV head) pairs over torch's threads when a call has at least this much work (sum over
@@ -34,11 +32,6 @@ class RowPlan:
 
     rows: torch.Tensor  # [T, 3] int32: per flat query row (request, first key, end key) in gather_slots
     parallel: bool
-
-
-def kernel_ready() -> bool:
-    """Load the library (building it the first time on this machine); True when its ops are there."""
-    return load()
 
 
 def supports(q: torch.Tensor, k_pool: torch.Tensor) -> bool:

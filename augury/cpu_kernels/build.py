@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 
 _NAME = "augury_cpu_kernels"
 _lock = threading.Lock()
-_state: dict[str, object] = {}
+# the outcome, once known: a plain global, so the per-layer `load()` calls (eager steps, and compiled
+# graphs, which trace it) read one value and take no lock
+_ok: bool | None = None
+_why: str | None = None
 
 
 def _flags() -> list[str]:
@@ -44,16 +47,18 @@ def _flags() -> list[str]:
 
 def load() -> bool:
     """Build (first time on this machine) or load the kernels; True when `torch.ops.augury_cpu` has them."""
+    global _ok, _why
+    if _ok is not None:
+        return _ok
     with _lock:
-        if "ok" in _state:
-            return bool(_state["ok"])
-        ok, why = _build()
-        if ok:
-            _register_shape_functions()
-        _state["ok"], _state["why"] = ok, why
-        if not ok:
-            log.warning("augury CPU kernels unavailable (%s): using torch's kernels", why)
-        return ok
+        if _ok is None:
+            ok, why = _build()
+            if ok:
+                _register_shape_functions()
+            else:
+                log.warning("augury CPU kernels unavailable (%s): using torch's kernels", why)
+            _ok, _why = ok, why
+        return _ok
 
 
 def _register_shape_functions() -> None:
@@ -74,11 +79,11 @@ def _register_shape_functions() -> None:
 
 def available() -> bool:
     """Whether the kernels are loaded (without trying to build them)."""
-    return bool(_state.get("ok"))
+    return bool(_ok)
 
 
 def unavailable_reason() -> str | None:
-    return None if _state.get("ok", True) else str(_state.get("why"))
+    return None if _ok is not False else _why
 
 
 def _ninja_on_path() -> None:

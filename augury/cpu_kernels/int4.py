@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from augury.cpu_kernels.build import load
-
 TILE, BLOCK = 16, 32  # output rows per tile, input columns per activation block (int4_gemm.cpp)
 
 

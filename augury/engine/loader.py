@@ -61,10 +61,10 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     if not cfg.compile:
         return
     import augury.layers.attention_cpu_op  # noqa: F401  (registers the op CPU graphs call)
-    from augury.layers.norm import _native
-
-    _native()  # load the native kernels now: a graph must not trace their build
+    from augury.cpu_kernels import load
     from augury.layers.attention import prepare_masks
+
+    load()  # build / load the native kernels now: a graph must not trace their build
 
     # what is left is structural and bounded: one row or several (size 1 is always specialized),
     # a lone batch or several requests, decodes with or without a verify/prefill segment beside
@@ -76,7 +76,8 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     # decode step paid for ~3 guard sets (~3,000 guards each: ~1 ms of a ~5 ms CPU step). So each
     # row class gets an entry function of its own (a fresh code object, made per model: no other
     # model's graphs can be found there either), and a step checks one guard set.
-    dtype = next(model.parameters()).dtype
+    param = next(model.parameters())
+    dtype = param.dtype
     eager = model.forward
     # On the CPU the model's modules are not changed after this point and these code objects belong
     # to this model alone, so guards on module attributes (~3,000 per graph) only re-check what cannot
@@ -84,8 +85,7 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     # metadata stay. fullgraph: a graph break would give the model's own forward a dynamo cache, keyed
     # on a code object every model of the class shares, where skipped guards would be unsafe. (GPU
     # steps mostly replay CUDA graphs, and not every GPU path is break-free: guards kept there.)
-    cpu = next(model.parameters()).device.type == "cpu"
-    skip = cpu and os.environ.get("AUGURY_COMPILE_MODULE_GUARDS") != "1"
+    skip = param.device.type == "cpu" and os.environ.get("AUGURY_COMPILE_MODULE_GUARDS") != "1"
     options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe} if skip else {}
     compiled = {kind: torch.compile(_entry_function(f"augury_forward_{kind}"), dynamic=True, fullgraph=skip,
                                     options=options)

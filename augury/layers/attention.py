@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from augury.cpu_kernels import attention as native_attn
+from augury.cpu_kernels import load as load_native_kernels
 from augury.layers.attention_decode_cpu import attend_decode_cpu, attend_rows_cpu
 
 # CPU steps whose attention runs row by row (attend_rows_cpu): verify windows up to the
@@ -31,18 +32,13 @@ from augury.layers.attention_decode_cpu import attend_decode_cpu, attend_rows_cp
 MAX_ROWS_WINDOW = 17
 MAX_ROWS_TOKENS = 64
 
-_NATIVE: bool | None = None
+_NATIVE: bool | None = None  # None: use the native kernel when the library loaded (tests set False)
 
 
 def native_cpu_attention() -> bool:
-    """Whether the native few-query kernel is loaded (the first call builds or loads the library;
-    the answer is kept, so the layers pay a global read). False: the torch path below serves."""
-    global _NATIVE
-    if _NATIVE is None:
-        from augury.cpu_kernels.attention import kernel_ready
-
-        _NATIVE = kernel_ready()
-    return _NATIVE
+    """Whether the native few-query kernel serves CPU attention (`load()` builds or loads the library
+    on its first call and remembers the answer). False: the torch path below serves."""
+    return load_native_kernels() if _NATIVE is None else _NATIVE
 
 
 @dataclass

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from augury.cpu_kernels import load
+
 
 class RMSNorm(nn.Module):
     def __init__(
@@ -56,14 +58,8 @@ class RMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.eps}, gemma_style={self.gemma_style}"
 
 
-_NATIVE: bool | None = None
+_NATIVE: bool | None = None  # None: use the native kernel when the library loaded (tests set False)
 
 
 def _native() -> bool:
-    """Whether augury's CPU kernels are loaded (asked once; building them is cpu_kernels.load's job)."""
-    global _NATIVE
-    if _NATIVE is None:
-        from augury.cpu_kernels import load
-
-        _NATIVE = load()
-    return _NATIVE
+    return load() if _NATIVE is None else _NATIVE

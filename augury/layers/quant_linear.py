@@ -174,9 +174,9 @@ def _native_int4(act_dtype: torch.dtype, group_size: int) -> bool:
     bf16 ones. `AUGURY_CPU_KERNELS=0`, or no compiler to build it with, keeps torch's kernel."""
     if act_dtype != torch.bfloat16 or group_size % 32:
         return False
-    from augury.cpu_kernels.int4 import kernel_ready
+    from augury.cpu_kernels import load
 
-    return kernel_ready()
+    return load()
 
 
 # ---------------------------------------------------------------------------- modules

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from augury.cpu_kernels.int4 import BLOCK, int4_mm, kernel_ready, pack_int4, pack_nibbles
+from augury.cpu_kernels import load
+from augury.cpu_kernels.int4 import BLOCK, int4_mm, pack_int4, pack_nibbles
 from augury.layers.quant_linear import dequantize_int4, quantize_int4, unpack_int4
 
 pytestmark = pytest.mark.usefixtures("native")
@@ -80,4 +81,4 @@ def test_bad_shapes_are_clear_errors() -> None:
         int4_mm(torch.randn(1, 32), p, sz, 32)
     with pytest.raises(ValueError, match="N % 16"):
         pack_nibbles(torch.zeros(10, 64, dtype=torch.uint8))
-    assert kernel_ready()
+    assert load()
