@@ -446,25 +446,16 @@ class Int4Linear(nn.Module):
         if dw is not None and x.dim() == 2 and x.shape[0] >= self.dense_min_rows and dw.device == x.device:
             y = F.linear(x.to(self.act_dtype), dw).to(x.dtype)
             return y if self.bias is None else y + self.bias.to(x.dtype)
-        if self._native and self.packed.device.type == "cpu":
-            return self._forward_native(x)
+        # augury's CPU kernel takes float32 (it quantizes to int8 inside); torch's take act_dtype
+        act = torch.float32 if self._native else self.act_dtype
         if self._plain and x.dim() == 2:
             # hot path (every decode step, 4x per layer): no padding, bias or reshape to pay for
-            x2 = x.to(self.act_dtype).contiguous()
-            if self._layout == "cpu":
-                y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
-            else:
-                y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
-            return y.to(x.dtype)
+            return self._mm(x.to(act).contiguous()).to(x.dtype)
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).to(self.act_dtype)
+        x2 = x.reshape(-1, self.in_features).to(act)
         if self._k_padded != self.in_features:
             x2 = F.pad(x2, (0, self._k_padded - self.in_features))
-        x2 = x2.contiguous()
-        if self._layout == "cpu":
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
-        else:
-            y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
+        y = self._mm(x2.contiguous())
         if self._n_padded != self.out_features:
             y = y[:, : self.out_features]
         y = y.to(x.dtype)
@@ -472,19 +463,13 @@ class Int4Linear(nn.Module):
             y = y + self.bias.to(x.dtype)
         return y.reshape(*lead, self.out_features)
 
-    def _forward_native(self, x: torch.Tensor) -> torch.Tensor:
-        """augury's CPU kernel: float32 activations in (quantized to int8 inside), float32 out."""
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).float()
-        if self._k_padded != self.in_features:
-            x2 = F.pad(x2, (0, self._k_padded - self.in_features))
-        y = torch.ops.augury_cpu.int4_mm(x2.contiguous(), self.packed, self.native_scales, self.group_size)
-        if self._n_padded != self.out_features:
-            y = y[:, : self.out_features]
-        y = y.to(x.dtype)
-        if self.bias is not None:
-            y = y + self.bias.to(x.dtype)
-        return y.reshape(*lead, self.out_features)
+    def _mm(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [M, K padded], contiguous -> [M, N padded] through this module's packed-weight kernel."""
+        if self._native:
+            return torch.ops.augury_cpu.int4_mm(x2, self.packed, self.native_scales, self.group_size)
+        if self._layout == "cpu":
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_zeros)
+        return torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_zeros)
 
     def extra_repr(self) -> str:
         return (
