@@ -35,8 +35,3 @@ def pack_int4(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple
 def int4_mm(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group_size: int) -> torch.Tensor:
     """x [M, K] float32 -> [M, N] float32 (activations quantized to int8 per 32 columns)."""
     return torch.ops.augury_cpu.int4_mm(x, packed, scales, group_size)
-
-
-def kernel_ready() -> bool:
-    """Load the library (building it the first time on this machine); True when its ops are there."""
-    return load()
