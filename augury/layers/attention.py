@@ -355,12 +355,10 @@ def attend_native_cpu(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tenso
     range comes from the mask). Wider segments (prefill chunks) keep gather + SDPA."""
     if gmeta.max_q <= MAX_ROWS_WINDOW:
         return native_rows_cpu(q, k_pool, v_pool, gmeta, scale)
-    segs = [(0, q.shape[0], gmeta)] if gmeta.parts is None else gmeta.parts
-    return torch.cat([
-        native_rows_cpu(q[lo:hi], k_pool, v_pool, m, scale) if m.max_q <= MAX_ROWS_WINDOW else
-        _attend_segment(q[lo:hi], lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), m,
-                        scale, None)
-        for lo, hi, m in segs])
+    if gmeta.parts is None:
+        return _attend_segment(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gmeta,
+                               scale, None)
+    return torch.cat([attend_native_cpu(q[lo:hi], k_pool, v_pool, m, scale) for lo, hi, m in gmeta.parts])
 
 
 def native_rows_cpu(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta: GroupAttnMeta,

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from augury.cpu_kernels import attention as native_attn
-from augury.layers.attention import MAX_ROWS_WINDOW, GroupAttnMeta, _attend_segment, native_cpu_attention
+from augury.layers.attention import GroupAttnMeta, _attend_segment, attend_native_cpu, native_cpu_attention
 
 _OP = "augury::cpu_attention_segment"
 
@@ -41,25 +41,16 @@ def cpu_attention_segment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     """q [T, H, D]; k, v [B * max_kv, Hkv, D]: each request's gathered keys and values (the graph
     gathers them from the pool: a fused copy there beats index_select in here, same values);
     mask [B, 1, max_q, max_kv] bool; window -1 for full attention -> [T, H, D]."""
-    B, _, max_q, max_kv = mask.shape
+    B, _, _, max_kv = mask.shape
     flat = torch.arange(B * max_kv)  # k and v are gathered already: request b's key j is row b * max_kv + j
-    gm = GroupAttnMeta(window=None if window < 0 else window, slot_mapping=flat[:0],
-                       gather_slots=flat.view(B, max_kv), mask=mask, num_seqs=B, max_q=max_q, max_kv=max_kv,
-                       q_index=q_index, out_index=out_index, dense=dense)
-    global _last_plan
-    if _last_plan is not None and _last_plan[0]() is mask:
-        gm._row_plan = _last_plan[1]
+    gm = _segment_meta(flat.view(B, max_kv), mask, q_index, out_index, dense, window)
     # slot ids in `gm` are positions in the gathered k / v: reading all of them in order is k itself
     n = flat.numel()
 
     def reader(t: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         return lambda s: t if s.numel() == n and s.data_ptr() == flat.data_ptr() else t.index_select(0, s)
 
-    out = _attend_segment(q, reader(k), reader(v), gm, scale, None)
-    plan = getattr(gm, "_row_plan", None)
-    if plan is not None:
-        _last_plan = (weakref.ref(mask), plan)
-    return out
+    return _with_step_plans(gm, lambda g: _attend_segment(q, reader(k), reader(v), g, scale, None))
 
 
 @cpu_attention_segment.register_fake
@@ -67,9 +58,34 @@ def _(q, k, v, mask, q_index, out_index, dense, window, scale):
     return torch.empty_like(q)
 
 
-# every layer of a step passes the same mask tensor: the host-side row plan of a verify window
-# (layers/attention_decode_cpu.py `_row_plan`, one device->host read) is made once per step
-_last_plan: tuple[weakref.ref, object] | None = None
+def _segment_meta(gather_slots: torch.Tensor, mask: torch.Tensor, q_index: torch.Tensor | None,
+                  out_index: torch.Tensor | None, dense: bool, window: int) -> GroupAttnMeta:
+    """The segment's metadata again, from what the graph passed the op (no K/V writes: slot_mapping empty)."""
+    B, _, max_q, max_kv = mask.shape
+    return GroupAttnMeta(window=None if window < 0 else window, slot_mapping=gather_slots.view(-1)[:0],
+                         gather_slots=gather_slots, mask=mask, num_seqs=B, max_q=max_q, max_kv=max_kv,
+                         q_index=q_index, out_index=out_index, dense=dense)
+
+
+# Every layer of a step passes the same mask tensor per segment, but each call builds a new metadata
+# object: the host-side row plans the eager paths keep on their metadata (`_row_plan` of
+# layers/attention_decode_cpu.py, `_native_plan` of layers/attention.py; one device->host read each)
+# are kept here by mask instead, newest first, so they are made once per step and segment.
+_PLAN_ATTRS = ("_row_plan", "_native_plan")
+_step_plans: list[tuple[weakref.ref, dict[str, object]]] = []
+
+
+def _with_step_plans(gm: GroupAttnMeta, attend: Callable[[GroupAttnMeta], torch.Tensor]) -> torch.Tensor:
+    plans = next((p for ref, p in _step_plans if ref() is gm.mask), None)
+    for name, plan in (plans or {}).items():
+        setattr(gm, name, plan)
+    out = attend(gm)
+    if plans is None:
+        made = {name: getattr(gm, name) for name in _PLAN_ATTRS if getattr(gm, name, None) is not None}
+        if made:
+            _step_plans.insert(0, (weakref.ref(gm.mask), made))
+            del _step_plans[4:]
+    return out
 
 
 @torch.library.custom_op("augury::cpu_attention_paged", mutates_args=())
@@ -78,28 +94,14 @@ def cpu_attention_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Ten
                         dense: bool, window: int, scale: float) -> torch.Tensor:
     """The native-kernel form: q [T, H, D]; pools [S, Hkv, D]; gather_slots [B, max_kv] -> [T, H, D].
     Few-query segments run the kernel on the pools in place; prefill chunks gather + SDPA."""
-    B, _, max_q, max_kv = mask.shape
-    gm = GroupAttnMeta(window=None if window < 0 else window, slot_mapping=gather_slots.view(-1)[:0],
-                       gather_slots=gather_slots, mask=mask, num_seqs=B, max_q=max_q, max_kv=max_kv,
-                       q_index=q_index, out_index=out_index, dense=dense)
-    if max_q > MAX_ROWS_WINDOW:
-        return _attend_segment(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gm,
-                               scale, None)
-    # every layer of a step passes the same mask tensor (one per segment): the row plan is made once
-    plan = next((p for ref, p in _native_plans if ref() is mask), None)
-    if plan is None:
-        plan = native_attn.make_plan(mask, out_index, dense, q.shape[1], q.shape[2])
-        _native_plans.insert(0, (weakref.ref(mask), plan))
-        del _native_plans[4:]
-    return native_attn.paged_attention_rows(q, k_pool, v_pool, gather_slots, plan, scale)
+    gm = _segment_meta(gather_slots, mask, q_index, out_index, dense, window)
+    return _with_step_plans(gm, lambda g: attend_native_cpu(q, k_pool, v_pool, g, scale))
 
 
 @cpu_attention_paged.register_fake
 def _(q, k_pool, v_pool, gather_slots, mask, q_index, out_index, dense, window, scale):
     return torch.empty_like(q)
 
-
-_native_plans: list[tuple[weakref.ref, native_attn.RowPlan]] = []  # newest first, a step's segments
 
 native_cpu_attention()  # build / load the kernel now: a compiled forward must not do it mid-trace
 
