@@ -8,7 +8,7 @@ import random
 import torch
 
 from augury.layers.attention import GroupAttnMeta, SeqSpec, build_attention_metadata
-from augury.layers.attention_decode_cpu import attend_decode_cpu
+from augury.layers.attention_decode_cpu import attend_decode_cpu, attend_rows_cpu
 
 BS = 16
 H, HKV, D = 9, 3, 64  # SmolLM2's attention shape
@@ -41,3 +41,13 @@ def alone(q_row, kv, num_cached, tab):
     gm = gmeta([SeqSpec(num_cached, 1, {"full": tab})])
     assert gm.dense and gm.max_q == 1
     return run(attend_decode_cpu, q_row, kv, gm)[0]
+
+
+def window_equals_lone_steps(q, kv, num_cached, tab):
+    """One request's verify window (q's rows after num_cached keys) through attend_rows_cpu: assert
+    every row is bitwise its own one-token decode step; returns the window's output."""
+    rows = q.shape[0]
+    win = run(attend_rows_cpu, q, kv, gmeta([SeqSpec(num_cached, rows, {"full": tab})]))
+    for j in range(rows):
+        assert torch.equal(win[j], alone(q[j:j + 1], kv, num_cached + j, tab)), f"nc={num_cached} rows={rows} row {j}"
+    return win

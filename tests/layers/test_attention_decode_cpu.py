@@ -46,10 +46,7 @@ def test_window_rows_equal_lone_steps_bitwise(dtype):
     g = torch.Generator().manual_seed(2)
     for nc in _lengths():
         for rows in range(1, 12):
-            q = torch.randn(rows, H, D, generator=g).to(dtype)
-            win = _run(attend_rows_cpu, q, pool, _gmeta([SeqSpec(nc, rows, {"full": table})]))
-            for j in range(rows):
-                assert torch.equal(win[j], _alone(q[j:j + 1], pool, nc + j, table)), f"nc={nc} rows={rows} row {j}"
+            cpu_rows.window_equals_lone_steps(torch.randn(rows, H, D, generator=g).to(dtype), pool, nc, table)
 
 
 def test_bf16_pool_fp32_queries():
@@ -58,10 +55,7 @@ def test_bf16_pool_fp32_queries():
     table = _table(30, 4)
     q = torch.randn(6, H, D, generator=torch.Generator().manual_seed(3))
     for nc in (31, 200, 377):
-        win = _run(attend_rows_cpu, q, pool, _gmeta([SeqSpec(nc, 6, {"full": table})]))
-        assert win.dtype == torch.float32
-        for j in range(6):
-            assert torch.equal(win[j], _alone(q[j:j + 1], pool, nc + j, table))
+        assert cpu_rows.window_equals_lone_steps(q, pool, nc, table).dtype == torch.float32
 
 
 def test_decode_batch_rows_equal_lone_steps_bitwise():

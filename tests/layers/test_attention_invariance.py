@@ -34,10 +34,7 @@ def test_window_rows_equal_decode_steps_bitwise(dtype):
     # key counts across vector-width and block boundaries, windows up to past the verify maximum
     for nc in [0, 1, 15, 17, 33, 64, 127, 511]:
         for rows in (2, 5, 11, 16):
-            q = torch.randn(rows, H, D, generator=g).to(dtype)
-            win = _run(attend_rows_cpu, q, pool, _gmeta([SeqSpec(nc, rows, {"full": table})]))
-            for j in range(rows):
-                assert torch.equal(win[j], _alone(q[j:j + 1], pool, nc + j, table)), f"nc={nc} rows={rows} row {j}"
+            cpu_rows.window_equals_lone_steps(torch.randn(rows, H, D, generator=g).to(dtype), pool, nc, table)
 
 
 def test_ragged_batch_rows_equal_decode_steps_bitwise():
