@@ -51,3 +51,13 @@ def window_equals_lone_steps(q, kv, num_cached, tab):
     for j in range(rows):
         assert torch.equal(win[j], alone(q[j:j + 1], kv, num_cached + j, tab)), f"nc={num_cached} rows={rows} row {j}"
     return win
+
+
+def rows_equal_lone_steps(got, q, kv, lens, specs):
+    """A ragged step's output `got` (requests' rows in order; lens: (cached keys, rows) per request):
+    assert every row is bitwise its own one-token decode step."""
+    row = 0
+    for (nc, nn), spec in zip(lens, specs):
+        for j in range(nn):
+            assert torch.equal(got[row], alone(q[row:row + 1], kv, nc + j, spec.block_tables["full"])), (nc, j)
+            row += 1

@@ -46,11 +46,7 @@ def test_ragged_batch_rows_equal_decode_steps_bitwise():
     gm.parts = None  # one segment with padding (the runner would split off single-token decodes)
     q = torch.randn(sum(nn for _, nn in lens), H, D, generator=torch.Generator().manual_seed(4))
     got = _run(attend_rows_cpu, q, pool, gm)
-    row = 0
-    for (nc, nn), spec in zip(lens, specs):
-        for j in range(nn):
-            assert torch.equal(got[row], _alone(q[row:row + 1], pool, nc + j, spec.block_tables["full"])), (nc, j)
-            row += 1
+    cpu_rows.rows_equal_lone_steps(got, q, pool, lens, specs)
 
 
 def test_rows_agree_with_sdpa():
