@@ -116,9 +116,21 @@ class AttentionBlock(nn.Module):
         v_pool: torch.Tensor,
     ) -> torch.Tensor:
         """x [T, hidden] (already normed), rope = (cos, sin) [T, 1, D] -> [T, hidden]."""
-        T = x.shape[0]
+        return self.o_proj(self.attend(self.qkv_proj(x), rope, gmeta, k_pool, v_pool))
+
+    def attend(
+        self,
+        qkv: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        gmeta: GroupAttnMeta,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+    ) -> torch.Tensor:
+        """The projected qkv [T, (H + 2 Hkv) D] -> attention output [T, H D], before o_proj
+        (q/k norm, rope, the K/V write and attention: what sits between the two projections)."""
+        T = qkv.shape[0]
         H, Hkv = self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(T, H + 2 * Hkv, self.head_dim)
+        qkv = qkv.view(T, H + 2 * Hkv, self.head_dim)
         qk = qkv[:, : H + Hkv]
         if self.qk_norm is not None:
             qk = self.qk_norm(qk)
@@ -126,7 +138,7 @@ class AttentionBlock(nn.Module):
         o = paged_attention(
             qk[:, :H], qk[:, H:], qkv[:, H + Hkv :], k_pool, v_pool, gmeta, self.scale, self.softcap
         )
-        return self.o_proj(o.reshape(T, H * self.head_dim))
+        return o.reshape(T, H * self.head_dim)
 
     def weight_targets(self, prefix: str) -> dict[str, WeightTarget]:
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from augury.config import ModelConfig
+from augury.layers import fused_decode
 from augury.layers.attention import GroupAttnMeta
 from augury.layers.mlp import GatedMLP
 from augury.layers.norm import RMSNorm
@@ -32,6 +33,8 @@ class LlamaDecoderLayer(nn.Module):
         v_pool: torch.Tensor,
     ) -> torch.Tensor:
         """h [T, hidden] -> [T, hidden]."""
+        if h.shape[0] == 1 and fused_decode.eligible(self, h):  # batch-1 GPU decode: four fused products
+            return fused_decode.llama_layer(self, h, rope, gmeta, k_pool, v_pool)
         h = h + self.self_attn(self.input_layernorm(h), rope, gmeta, k_pool, v_pool)
         return h + self.mlp(self.post_attention_layernorm(h))
 

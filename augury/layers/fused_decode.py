@@ -1,0 +1,67 @@
+"""A pre-norm (Llama-style) decoder layer for one-token GPU steps in four fused products.
+
+    h = h + o_proj(attn(qkv_proj(norm1(h))))      ->  qkv = gemv(h, norm=norm1); h = gemv(o, residual=h)
+    h = h + down(silu(gate) * up)(norm2(h))        ->  gu = gemv(h, norm=norm2); h = gemv(gu, silu_mul, residual=h)
+
+so a layer launches the four weight streams, rope/K-V write and attention, instead of
+~16 kernels (`layers/triton_gemv.py` says why that matters at batch 1). Used for
+steps of exactly one token (batch-1 decode, each step of a batch-1 burst) on CUDA;
+every other step, and layers it does not cover (biases, quantized or Gemma-style
+weights, other activations), take the unfused modules.
+
+`AUGURY_FUSED_DECODE=0` turns it off (A/B measurements); tests force it on under the
+Triton interpreter through `FORCE`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from augury.layers.norm import RMSNorm
+
+FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
+_ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
+
+
+def _on() -> bool:
+    return _ENV_ON if FORCE is None else FORCE
+
+
+def _plain(lin: nn.Module, dtype: torch.dtype) -> bool:
+    return type(lin) is nn.Linear and lin.bias is None and lin.weight.dtype == dtype and lin.weight.stride(1) == 1
+
+
+def _llama_norm(norm: nn.Module) -> bool:
+    return isinstance(norm, RMSNorm) and not norm.gemma_style and norm.weight.dim() == 1
+
+
+def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
+    """Whether `llama_layer` computes this layer for this input (decided from types and shapes,
+    so a compiled graph resolves it once)."""
+    if h.dim() != 2 or h.shape[0] != 1 or not _on():
+        return False
+    if h.device.type != "cuda" and not (FORCE and os.environ.get("TRITON_INTERPRET") == "1"):
+        return False
+    attn, mlp = layer.self_attn, layer.mlp
+    return (h.dtype in (torch.bfloat16, torch.float16, torch.float32)
+            and _plain(attn.qkv_proj, h.dtype) and _plain(attn.o_proj, h.dtype)
+            and _plain(mlp.gate_up_proj, h.dtype) and _plain(mlp.down_proj, h.dtype)
+            and _llama_norm(layer.input_layernorm) and _llama_norm(layer.post_attention_layernorm)
+            and mlp.act is F.silu)
+
+
+def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
+    """One pre-norm layer on h [1, hidden] -> [1, hidden]; `eligible(layer, h)` must hold."""
+    from augury.layers.triton_gemv import fused_gemv
+
+    attn, mlp = layer.self_attn, layer.mlp
+    n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
+    qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
+    o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
+    h = fused_gemv(o, attn.o_proj.weight, residual=h)
+    gu = fused_gemv(h, mlp.gate_up_proj.weight, norm_weight=n2.weight, eps=n2.eps)
+    return fused_gemv(gu, mlp.down_proj.weight, silu_mul=True, residual=h)

@@ -1,0 +1,212 @@
+"""The one-row fused GEMV equals its unfused ops; a fused Llama layer equals the module's own forward.
+
+Runs under TRITON_INTERPRET=1 on the CPU (small shapes: the interpreter is slow); on a CUDA
+machine the same checks run compiled, plus the 8B shapes and a captured CUDA graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
+
+from augury.layers import fused_decode  # noqa: E402
+from augury.layers.norm import RMSNorm  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig, gemv, supported  # noqa: E402
+
+here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
+cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+SMALL = GemvConfig(block_n=4, block_k=32)
+
+
+def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
+
+
+def _close(y, ref, dtype):
+    """fp32: tight; half types: within two roundings at the output's scale (both sides round the
+    product and then the residual sum, in different fp32 orders)."""
+    y, ref = y.float(), ref.float()
+    if dtype == torch.float32:
+        torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    else:
+        torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
+
+
+@here
+@pytest.mark.parametrize("k", [64, 100])  # whole tiles, and a ragged last tile
+@pytest.mark.parametrize("n", [8, 13])  # whole row blocks, and masked rows
+def test_plain_product(n, k):
+    x, w = _rand(1, k, seed=1), _rand(n, k, seed=2)
+    assert supported(x, w)
+    y = gemv(x, w, cfg=SMALL)
+    assert y.shape == (1, n) and y.dtype == x.dtype
+    _close(y, F.linear(x, w), x.dtype)
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_prologue_and_residual_epilogue_follow_the_unfused_ops(dtype):
+    k, n = 96, 20
+    x, w, r = _rand(1, k, seed=3, dtype=dtype, scale=3.0), _rand(n, k, seed=4, dtype=dtype), _rand(1, n, seed=5, dtype=dtype)
+    norm = RMSNorm(k, 1e-5, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.copy_(_rand(k, seed=6, dtype=dtype))
+    y = gemv(x, w, norm_weight=norm.weight, eps=1e-5, residual=r, cfg=SMALL)
+    ref = r + F.linear(norm(x), w)
+    _close(y, ref, dtype)
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_prologue(dtype):
+    k, n = 80, 12
+    gu, w = _rand(1, 2 * k, seed=7, dtype=dtype, scale=2.0), _rand(n, k, seed=8, dtype=dtype)
+    gate, up = gu.chunk(2, dim=-1)
+    y = gemv(gu, w, silu_mul=True, cfg=SMALL)
+    _close(y, F.linear(F.silu(gate) * up, w), dtype)
+
+
+@here
+def test_bad_inputs_are_refused():
+    w = _rand(8, 64)
+    with pytest.raises(ValueError, match="columns"):
+        gemv(_rand(1, 63), w)
+    with pytest.raises(ValueError, match="one prologue"):
+        gemv(_rand(1, 128), w, norm_weight=_rand(64), silu_mul=True)
+    assert not supported(_rand(2, 64), w)  # one row only
+    assert not supported(_rand(1, 64, dtype=torch.bfloat16), w)  # dtypes must match
+
+
+def _tiny_llama(dtype):
+    from augury.config import ModelConfig
+    from augury.models.llama import LlamaForCausalLM
+
+    cfg = ModelConfig.from_hf_dict({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+    })
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(cfg, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * 0.1)
+    m.init_rope(64)
+    return m
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_layer_equals_the_modules(dtype):
+    """A one-token step of a tiny Llama with the fused layer path vs without, over a real paged pool."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    m = _tiny_llama(dtype)
+    bs, nl, hkv, d = 8, 2, 2, 16
+    pools = {"k": [torch.zeros(32, hkv, d, device=DEV, dtype=dtype) for _ in range(nl)],
+             "v": [torch.zeros(32, hkv, d, device=DEV, dtype=dtype) for _ in range(nl)]}
+
+    class View:
+        k, v, group_of_layer = pools["k"], pools["v"], ["full"] * nl
+
+    prompt = torch.tensor([5, 17, 3, 40, 22, 9], device=DEV)
+    meta = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], bs, {"full": None}, DEV)
+    step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], bs, {"full": None}, DEV)
+    tok = torch.tensor([31], device=DEV)
+    outs = {}
+    for force in (False, True):
+        fused_decode.FORCE = force
+        try:
+            for p in pools["k"] + pools["v"]:
+                p.zero_()
+            with torch.no_grad():
+                m(prompt, meta.positions, meta, View)  # prefill (never fused: 6 rows)
+                assert fused_decode.eligible(m.layers[0], torch.zeros(1, 64, device=DEV, dtype=dtype)) == force
+                outs[force] = m(tok, step.positions, step, View)
+        finally:
+            fused_decode.FORCE = None
+    _close(outs[True], outs[False], dtype)
+
+
+@here
+def test_compiled_step_calls_the_fused_op_and_equals_eager():
+    """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    m = _tiny_llama(torch.float32)
+    pools = {"k": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)],
+             "v": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)]}
+
+    class View:
+        k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
+
+    pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    tok = torch.tensor([31], device=DEV)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    fused_decode.FORCE = True
+    try:
+        with torch.no_grad():
+            m(torch.tensor([5, 17, 3, 40, 22, 9], device=DEV), pre.positions, pre, View)
+            want = m(tok, step.positions, step, View)
+            torch._dynamo.reset()
+            got = torch.compile(m, fullgraph=True, backend=backend)(tok, step.positions, step, View)
+    finally:
+        fused_decode.FORCE = None
+        torch._dynamo.reset()
+    assert sum("augury.gemv" in s for s in seen) == 8  # 2 layers x 4 products
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@here
+def test_layers_it_cannot_fuse_are_not_eligible():
+    m = _tiny_llama(torch.float32)
+    h = torch.zeros(1, 64, device=DEV)
+    fused_decode.FORCE = True
+    try:
+        layer = m.layers[0]
+        assert fused_decode.eligible(layer, h)
+        assert not fused_decode.eligible(layer, torch.zeros(2, 64, device=DEV))  # two rows
+        layer.self_attn.o_proj.bias = torch.nn.Parameter(torch.zeros(64, device=DEV))
+        assert not fused_decode.eligible(layer, h)  # a bias: unfused
+    finally:
+        fused_decode.FORCE = None
+
+
+@cuda_only
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (57344, 4096), (4096, 14336)])
+def test_llama3_8b_shapes_on_cuda(n, k):
+    x, w, r = _rand(1, k, seed=9, dtype=torch.bfloat16), _rand(n, k, seed=10, dtype=torch.bfloat16, scale=0.02), \
+        _rand(1, n, seed=11, dtype=torch.bfloat16)
+    y = gemv(x, w, residual=r)
+    ref = r.float() + F.linear(x.float(), w.float())
+    torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=2e-2)
+
+
+@cuda_only
+def test_replays_in_a_cuda_graph():
+    x, w = _rand(1, 4096, seed=12, dtype=torch.bfloat16), _rand(6144, 4096, seed=13, dtype=torch.bfloat16)
+    nw = _rand(4096, seed=14, dtype=torch.bfloat16)
+    gemv(x, w, norm_weight=nw)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gemv(x, w, norm_weight=nw)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(out, gemv(x, w, norm_weight=nw), atol=0, rtol=0)
+
+
+@pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
+def test_in_fresh_process():
+    rerun_in_fresh_process(__file__, timeout=900)
