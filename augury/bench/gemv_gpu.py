@@ -32,7 +32,7 @@ from augury.bench.kernels_gpu import coordinate_search, copies_for, read_bandwid
 SHAPES = {
     "qkv": (6144, 4096, "norm", False),
     "o_proj": (4096, 4096, None, True),
-    "gate_up": (28672 * 2, 4096, "norm", False),
+    "gate_up": (28672, 4096, "norm", False),
     "down": (4096, 14336, "silu_mul", True),
     "lm_head": (128256, 4096, None, False),
 }
@@ -58,8 +58,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     g = torch.rand(K, device=dev, dtype=dt) + 0.5 if pro == "norm" else None
     xin = F.silu(x[:, :K]) * x[:, K:] if pro == "silu_mul" else x
 
-    def fused(w, cfg=None):
-        return gemv(x, w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg)
+    def fused(w, cfg=None, pdl=None):
+        return gemv(x, w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
 
     # correctness against the unfused ops (fp32 product of the same rounded inputs)
     xr = (g * F.rms_norm(x.float(), (K,), None, 1e-5).to(dt)) if pro == "norm" else xin
@@ -70,10 +70,12 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     t_cublas = time_calls([lambda w=w: F.linear(xin, w) for w in ws], dev)
     cfg0 = default_config(N, K)
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
+    t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
     row = {"name": name, "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
-           "default_config": cfg0.__dict__}
+           "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
+           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw}
     if sweep:
         def evaluate(p: dict) -> float:
             cfg = GemvConfig(**p)
@@ -83,10 +85,50 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
         row.update(best_config=best, fused_best_us=best_t, fused_best_frac_bw=nbytes / (best_t * 1e-6) / bw,
                    tried=tried)
     _log(f"{name}: cuBLAS {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
-         f"({row['fused_default_frac_bw']:.1%})"
+         f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL)"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
     del ws
+    torch.cuda.empty_cache()
+    return row
+
+
+def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
+    """A decode step's four products per layer back to back over `layers` layers of distinct
+    weights (the order a fused layer launches them, attention left out): fused with and
+    without PDL against the cuBLAS products alone."""
+    from augury.layers.triton_gemv import gemv
+
+    dt = torch.bfloat16
+    names = ("qkv", "o_proj", "gate_up", "down")
+    W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
+         for _ in range(layers)]
+    g = torch.rand(4096, device=dev, dtype=dt) + 0.5
+    h = torch.randn(1, 4096, device=dev, dtype=dt)
+    o = torch.randn(1, 4096, device=dev, dtype=dt)
+    gu = torch.randn(1, 2 * 14336, device=dev, dtype=dt)
+    act = F.silu(gu[:, :14336]) * gu[:, 14336:]
+
+    def fused(L, pdl):
+        gemv(h, L["qkv"], norm_weight=g, eps=1e-5, pdl=pdl)
+        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl)
+        gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl)
+        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl)
+
+    def cublas(L):
+        F.linear(h, L["qkv"]), F.linear(o, L["o_proj"]), F.linear(h, L["gate_up"]), F.linear(act, L["down"])
+
+    nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
+    row = {"layers": layers, "weight_MB_per_layer": nbytes / 1e6}
+    for name, fns in (("cublas", [lambda L=L: cublas(L) for L in W]),
+                      ("fused_pdl", [lambda L=L: fused(L, True) for L in W]),
+                      ("fused_no_pdl", [lambda L=L: fused(L, False) for L in W])):
+        t = time_calls(fns, dev)
+        row[f"{name}_us_per_layer"] = t
+        row[f"{name}_frac_bw"] = nbytes / (t * 1e-6) / bw
+    _log("chain per layer: " + ", ".join(f"{k} {row[k + '_us_per_layer']:.1f} us ({row[k + '_frac_bw']:.1%})"
+                                         for k in ("cublas", "fused_pdl", "fused_no_pdl")))
+    del W
     torch.cuda.empty_cache()
     return row
 
@@ -112,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for s in names:
         rows.append(bench_shape(s, dev, bw, a.sweep, time.perf_counter() + per))
         (out / "gemv_gpu.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows}, indent=1))
+    chain = bench_chain(dev, bw)
+    (out / "gemv_gpu.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": chain},
+                                                  indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))
                 * (32 if r["name"] != "lm_head" else 1) for r in rows)

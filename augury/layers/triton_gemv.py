@@ -66,7 +66,7 @@ def _gemv_kernel(
     x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -74,6 +74,16 @@ def _gemv_kernel(
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
     offs_k = tl.arange(0, BLOCK_K)
     dt = y_ptr.dtype.element_ty
+    w_rows = w_ptr + rows_c[:, None].to(tl.int64) * s_wn
+    # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
+    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes)
+    if EVEN_K:
+        w = tl.load(w_rows + offs_k[None, :])
+    else:
+        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
     if PRO == 1:
         ss = tl.zeros([BLOCK_K], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -82,14 +92,12 @@ def _gemv_kernel(
             ss += xv * xv
         inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / norm_k + eps)  # as F.rms_norm: x * rsqrt(mean(x^2) + eps)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    w_rows = w_ptr + rows_c[:, None].to(tl.int64) * s_wn
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
-        if EVEN_K:
-            w = tl.load(w_rows + k[None, :])
-        else:
-            w = tl.load(w_rows + k[None, :], mask=(k < K)[None, :], other=0.0)
         k_ok = k < K
+        # the next tile is loaded before this one is used (the last iteration's load is masked off)
+        kn = k + BLOCK_K
+        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0)
         if PRO == 1:
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
@@ -103,15 +111,23 @@ def _gemv_kernel(
         else:
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
         acc += w.to(tl.float32) * xv[None, :]
+        w = w_next
     y = tl.sum(acc, axis=1).to(dt)
     if RESIDUAL:
         y = (y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)).to(dt)
     tl.store(y_ptr + rows, y, mask=n_ok)
 
 
+def pdl_enabled(device: torch.device) -> bool:
+    """Programmatic dependent launch (Hopper and newer, compiled kernels only):
+    AUGURY_GEMV_PDL=0 turns it off."""
+    return (device.type == "cuda" and os.environ.get("AUGURY_GEMV_PDL", "1") != "0"
+            and os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
          silu_mul: bool = False, residual: torch.Tensor | None = None,
-         cfg: GemvConfig | None = None) -> torch.Tensor:
+         cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
@@ -129,10 +145,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
+    pdl = pdl_enabled(x.device) if pdl is None else pdl
+    extra = {"launch_pdl": True} if pdl else {}
     _gemv_kernel[(triton.cdiv(N, cfg.block_n),)](
         x, g, w, r, y, N, K, w.stride(0), float(eps), float(K),
         PRO=pro, RESIDUAL=residual is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN_K=K % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return y
 
