@@ -162,12 +162,11 @@ class EngineCore:
     def _burst(self, sched: SchedulerOutput, n: int) -> None:
         """n greedy decode steps at once; tokens go out one by one as in n normal steps
         (a request that stops mid-burst drops the rest; commit trims its KV)."""
-        tokens = self.runner.execute_burst(sched, n)
+        run = self.runner.launch_burst([s.request for s in sched.seqs], n)
         self.counters.steps += n
         self.counters.burst_steps += n
-        for i, s in enumerate(sched.seqs):
-            req = s.request
-            for tok in tokens[i]:
+        for req, toks in zip(run.reqs, self.runner.burst_tokens(run)):
+            for tok in toks:
                 req.num_computed += 1
                 self._append(req, tok, None)
                 if req.finished:

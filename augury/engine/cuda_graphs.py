@@ -11,7 +11,7 @@ keys are masked with -inf). Same ops, same numbers as the eager path.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -42,6 +42,21 @@ class _Graph:
     copied: torch.cuda.Event  # the last transfer out of `host` is done
     out: torch.Tensor  # logits [Bp, V] float32 (n = 1) or tokens [n, Bp] long
     keep: tuple = ()  # other tensors made before the capture that the graph reads: they must outlive it
+    # bursts: two pinned [n, Bp] copies of `out`, each with the event of its copy, used in turn so a
+    # burst's tokens survive the next replay of this graph while the host has not read them yet
+    outs: list = field(default_factory=list)
+    flip: int = 0
+
+
+@dataclass
+class BurstOut:
+    """A launched burst's tokens: `dev` [n, B] on the device (the graph's static output, good
+    until this graph's next replay, which the stream orders after anything enqueued now) and
+    `host` [n, Bp] pinned, filled once `ready` has completed."""
+
+    dev: torch.Tensor
+    host: torch.Tensor
+    ready: torch.cuda.Event
 
 
 class CudaGraphDecoder:
@@ -74,15 +89,29 @@ class CudaGraphDecoder:
 
     def run(self, ids: list[int], specs: list[SeqSpec]) -> torch.Tensor:
         """-> logits [B, V] float32 for a pure-decode step."""
-        return self._call(ids, specs, 1)[:len(specs)]
+        return self._call(ids, specs, 1).out[:len(specs)]
 
-    def run_burst(self, ids: list[int], specs: list[SeqSpec], n: int) -> torch.Tensor:
-        """-> tokens [n, B] (device) of n greedy steps from a pure-decode step. The block
-        tables must already cover positions num_cached .. num_cached + n - 1."""
-        return self._call(ids, specs, n)[:, :len(specs)]
+    def run_burst(self, ids: list[int] | None, specs: list[SeqSpec], n: int,
+                  first: torch.Tensor | None = None) -> BurstOut:
+        """Launch n greedy steps from a pure-decode step; nothing waits for them. The block
+        tables must already cover positions num_cached .. num_cached + n - 1. `first` [B]
+        (device): the first input ids, taken on the device (a chained burst: the previous
+        burst's last row) instead of `ids`. The tokens are copied to a pinned buffer right
+        behind the replay, so the next replay of the same graph cannot overwrite them."""
+        B = len(specs)
+        e = self._call(ids, specs, n, first_ids=first)
+        if not e.outs:
+            e.outs = [(torch.empty(e.out.shape, dtype=e.out.dtype).pin_memory(), torch.cuda.Event())
+                      for _ in range(2)]
+        host, ready = e.outs[e.flip]
+        e.flip ^= 1
+        host.copy_(e.out, non_blocking=True)
+        ready.record()
+        return BurstOut(e.out[:, :B], host, ready)
 
     # ---- internals ----------------------------------------------------------------
-    def _call(self, ids: list[int], specs: list[SeqSpec], n: int) -> torch.Tensor:
+    def _call(self, ids: list[int] | None, specs: list[SeqSpec], n: int,
+              first_ids: torch.Tensor | None = None) -> _Graph:
         t_in = time.perf_counter() if self.timing is not None else 0.0
         bs = self.blocks.block_size
         B = len(specs)
@@ -110,7 +139,7 @@ class CudaGraphDecoder:
             off, shape = e.layout[name]
             return host[off:off + int(np.prod(shape))].reshape(shape)
 
-        part("ids")[:B] = ids
+        part("ids")[:B] = ids if first_ids is None else 0
         part("ids")[B:] = 0
         part("positions")[:B] = nc
         part("positions")[B:] = 0
@@ -148,8 +177,11 @@ class CudaGraphDecoder:
             slots[:, B:] = self.trash[g]
         e.dev.copy_(e.host, non_blocking=True)
         e.copied.record()
+        if first_ids is not None:  # after the transfer, before the replay (stream order); padding rows keep 0
+            off = e.layout["ids"][0]
+            e.dev[off:off + B].copy_(first_ids)
         self._replay(e.graph, t_in, n)
-        return e.out
+        return e
 
     def _replay(self, graph: torch.cuda.CUDAGraph, t_in: float, steps: int) -> None:
         if self.timing is None:

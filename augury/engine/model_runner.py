@@ -13,10 +13,23 @@ from dataclasses import dataclass
 import torch
 
 from augury.config import ModelConfig
+from augury.engine.request import Request
 from augury.engine.scheduler import SchedulerOutput
 from augury.kv.block_manager import BlockManager
 from augury.kv.pool import KVPool
 from augury.layers.attention import SeqSpec, build_attention_metadata
+
+
+@dataclass
+class BurstRun:
+    """A launched decode burst (ModelRunner.launch_burst)."""
+
+    reqs: list[Request]  # in the caller's order
+    order: list[int]  # batch column -> index in reqs (requests of one KV codec together)
+    n: int  # steps
+    last: torch.Tensor  # [B] device, by column: the last step's argmax, a chained burst's first input
+    host: torch.Tensor  # [n, >= B] tokens by column on the host (pinned on CUDA), valid once `ready` is done
+    ready: object | None  # torch.cuda.Event of the device->host copy; None: already on the host
 
 
 @dataclass
@@ -45,31 +58,52 @@ class ModelRunner:
                                        max_batch)
 
     @torch.inference_mode()
-    def execute_burst(self, out: SchedulerOutput, n: int) -> list[list[int]]:
-        """n greedy decode steps for a pure-decode step (engine/burst.py): per scheduled seq,
-        its n tokens. The argmax feeds the next step on the device; one host sync at the end."""
-        order = sorted(range(len(out.seqs)), key=lambda i: out.seqs[i].request.kv_key)
-        reqs = [out.seqs[i].request for i in order]
-        ids = [r.all_ids[r.num_computed] for r in reqs]
-        specs = [SeqSpec(num_cached=r.num_computed, num_new=1, block_tables=self.blocks.block_tables(r.request_id),
-                         kv_key=r.kv_key) for r in reqs]
-        if self.graphs is not None and self.graphs.usable(specs):
-            toks = self.graphs.run_burst(ids, specs, n)  # [n, B]
+    def launch_burst(self, reqs: list[Request], n: int, after: BurstRun | None = None) -> BurstRun:
+        """Start n greedy decode steps for requests that each decode one token (engine/burst.py);
+        the argmax feeds the next step on the device and nothing waits for the result.
+
+        `after`: a burst of the same requests still in flight; this one follows it on the device
+        (first input = its last argmax row, positions n_after further on), so the host never sees
+        the token in between. The block tables must already cover every position written."""
+        if after is not None:
+            assert after.reqs == reqs, "a chained burst runs the requests of the burst before it"
+            order, skip = after.order, after.n
         else:
-            cur = torch.tensor(ids, dtype=torch.long, device=self.device)
-            steps = []
-            for j in range(n):
-                step_specs = [SeqSpec(s.num_cached + j, 1, s.block_tables, s.kv_key) for s in specs]
-                meta = build_attention_metadata(step_specs, self.pool.block_size, self.windows, self.device,
-                                                self.class_ranges)
-                # the sampler's greedy choice: argmax of the float32 logits (ties -> lowest id)
-                cur = self.model.compute_logits(self.model(cur, meta.positions, meta, self.pool)).float().argmax(-1)
-                steps.append(cur)
-            toks = torch.stack(steps)
-        host = toks.cpu().tolist()
-        result: list[list[int]] = [[] for _ in out.seqs]
-        for col, i in enumerate(order):
-            result[i] = [host[j][col] for j in range(n)]
+            order, skip = sorted(range(len(reqs)), key=lambda i: reqs[i].kv_key), 0
+        cols = [reqs[i] for i in order]
+        specs = [SeqSpec(num_cached=r.num_computed + skip, num_new=1,
+                         block_tables=self.blocks.block_tables(r.request_id), kv_key=r.kv_key) for r in cols]
+        ids = None if after is not None else [r.all_ids[r.num_computed] for r in cols]
+        if self.graphs is not None and self.graphs.usable(specs):
+            got = self.graphs.run_burst(ids, specs, n, first=after.last if after is not None else None)
+            return BurstRun(reqs, order, n, got.dev[-1], got.host, got.ready)
+        cur = after.last if after is not None else torch.tensor(ids, dtype=torch.long, device=self.device)
+        steps = []
+        for j in range(n):
+            step_specs = [SeqSpec(s.num_cached + j, 1, s.block_tables, s.kv_key) for s in specs]
+            meta = build_attention_metadata(step_specs, self.pool.block_size, self.windows, self.device,
+                                            self.class_ranges)
+            # the sampler's greedy choice: argmax of the float32 logits (ties -> lowest id)
+            cur = self.model.compute_logits(self.model(cur, meta.positions, meta, self.pool)).float().argmax(-1)
+            steps.append(cur)
+        toks = torch.stack(steps)
+        if toks.device.type != "cuda":
+            return BurstRun(reqs, order, n, toks[-1], toks, None)
+        host = torch.empty(toks.shape, dtype=toks.dtype, pin_memory=True)
+        host.copy_(toks, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return BurstRun(reqs, order, n, toks[-1], host, ready)
+
+    @staticmethod
+    def burst_tokens(run: BurstRun) -> list[list[int]]:
+        """Wait for a launched burst: per request (in `run.reqs` order), its n tokens."""
+        if run.ready is not None:
+            run.ready.synchronize()
+        host = run.host[:, :len(run.reqs)].tolist()
+        result: list[list[int]] = [[] for _ in run.reqs]
+        for col, i in enumerate(run.order):
+            result[i] = [host[j][col] for j in range(run.n)]
         return result
 
     @torch.inference_mode()
