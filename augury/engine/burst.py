@@ -11,6 +11,18 @@ inside the burst drops the tokens after its stop, exactly as if it had stopped
 at that step, so the output is the same token for token; only the wasted
 forwards of the stopped request's tail are extra.
 
+Pipelined bursts: the host's work between two bursts (waiting for the tokens,
+emitting them, scheduling, filling the next inputs) leaves the GPU idle. So while
+the running set stays the burst's, the next burst is launched before the one in
+flight is waited for: its first input is that burst's last argmax row, taken on the
+device, and its positions run on from there (`chain_length`, EngineCore._burst).
+The host then emits burst k while the GPU computes burst k+1. A request that stops
+in burst k drops its tokens of burst k+1 too; the others keep theirs (computed from
+the right inputs). KV that burst k+1 writes past a stopped request's end lies in
+blocks past its confirmed tokens: never published, released after, and any reuse
+of them is ordered after burst k+1 on the stream. `AUGURY_BURST_PIPELINE=0` (or
+EngineConfig.burst_pipeline = False) turns chaining off.
+
 Eligible requests: greedy, no logprobs, no logit bias, no penalties, no grammar,
 no speculation (those need the host sampler or a verify step each token).
 """
@@ -37,6 +49,13 @@ def burst_eligible(req: Request) -> bool:
             and req.matcher is None and req.spec_method is None)
 
 
+def _room(req: Request, max_steps: int, max_model_len: int, produced: int = 0) -> int:
+    """Steps a burst may take for `req` with `produced` tokens still on their way: never past
+    its max_tokens or the context window."""
+    return min(max_steps, req.params.max_tokens - len(req.output_ids) - produced,
+               max_model_len - req.num_tokens - produced)
+
+
 def burst_length(sched: SchedulerOutput, max_steps: int, max_model_len: int, queue_empty: bool) -> int:
     """How many greedy steps this step may run at once (< 2: a normal step).
 
@@ -51,5 +70,28 @@ def burst_length(sched: SchedulerOutput, max_steps: int, max_model_len: int, que
         req = s.request
         if s.num_new != 1 or s.num_draft or not s.sample or req.in_prefill or not burst_eligible(req):
             return 0
-        n = min(n, req.params.max_tokens - len(req.output_ids), max_model_len - req.num_tokens)
+        n = min(n, _room(req, max_steps, max_model_len))
+    return n if n >= 2 else 0
+
+
+def chain_length(reqs: list[Request], running: list[Request], in_flight: int, max_steps: int,
+                 max_model_len: int, queue_empty: bool) -> int:
+    """How many steps the burst chained behind one still in flight (`in_flight` steps, for
+    `reqs`) may take (< 2: none; engine/core.py waits for the burst and schedules as usual).
+
+    Only while nothing waits for admission, the running set is still exactly the burst's
+    (nothing joined, finished, was aborted or preempted) and every request is eligible; its
+    tokens count as produced, so the pair never goes past a max_tokens or the context. A
+    stop inside the burst in flight cannot be known yet: the chained tokens after it are
+    dropped, as a burst drops the tokens after a stop inside it."""
+    if max_steps < 2 or not queue_empty or len(running) != len(reqs):
+        return 0
+    ids = {id(r) for r in reqs}
+    if len(ids) != len(reqs) or any(id(r) not in ids for r in running):
+        return 0
+    n = max_steps
+    for req in reqs:
+        if req.finished or req.num_computed != req.num_tokens - 1 or not burst_eligible(req):
+            return 0
+        n = min(n, _room(req, max_steps, max_model_len, in_flight))
     return n if n >= 2 else 0

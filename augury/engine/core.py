@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from augury.engine.model_runner import ModelRunner
+from augury.engine.model_runner import BurstRun, ModelRunner
 from augury.engine.request import Request, RequestStatus
 from augury.engine.sampler import SamplingRow, sample
 from augury.engine.scheduler import Scheduler, SchedulerOutput
-from augury.engine.burst import burst_length
+from augury.engine.burst import burst_length, chain_length
 from augury.engine.types import RequestOutput, TokenLogprob
 from augury.kv.block_manager import BlockManager
 from augury.spec.coordinator import SpecCoordinator
@@ -33,6 +34,7 @@ class EngineCounters:
     requests_aborted: int = 0
     steps: int = 0
     burst_steps: int = 0  # forwards run inside decode bursts (engine/burst.py)
+    burst_chained: int = 0  # bursts launched behind one still in flight (pipelined bursts)
     preemptions: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -50,6 +52,10 @@ class EngineCore:
         self.counters = EngineCounters()
         self.spec: SpecCoordinator | None = None  # set by the Engine when speculation is configured
         self.burst = 0  # most greedy decode steps per burst (engine/burst.py); < 2 = off
+        self.burst_pipeline = True  # launch the next burst before waiting for the one in flight
+        # whether a command (new request, abort) waits for the engine loop: no chaining past it
+        self.has_pending: Callable[[], bool] = lambda: False
+        self._in_flight: BurstRun | None = None  # a chained burst launched, not yet waited for
 
     # ---- request lifecycle -----------------------------------------------
     def add(self, req: Request) -> None:
@@ -65,6 +71,7 @@ class EngineCore:
         self._finish(req, "abort")
 
     def fail_all(self, message: str) -> None:
+        self._in_flight = None  # its requests fail below; their tokens are dropped
         for req in list(self.requests.values()):
             req.error = message
             self._finish(req, "error")
@@ -110,9 +117,13 @@ class EngineCore:
 
     # ---- the step ------------------------------------------------------------
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self._in_flight is not None or self.scheduler.has_work()
 
     def step(self) -> None:
+        if self._in_flight is not None:  # a chained burst: emit it (chaining the next) before scheduling
+            run, self._in_flight = self._in_flight, None
+            self._emit_burst(run)
+            return
         if self.spec is not None:
             self.spec.propose(self.scheduler.running, self.max_model_len)
         sched = self.scheduler.schedule()
@@ -165,14 +176,44 @@ class EngineCore:
         run = self.runner.launch_burst([s.request for s in sched.seqs], n)
         self.counters.steps += n
         self.counters.burst_steps += n
+        self._emit_burst(run)
+
+    def _chain(self, run: BurstRun) -> BurstRun | None:
+        """Launch the burst that follows `run` (still in flight) for the same requests, when
+        engine/burst.py's chain_length allows it and the block tables can grow to cover it."""
+        if not self.burst_pipeline:
+            return None
+        n = chain_length(run.reqs, self.scheduler.running, run.n, self.burst, self.max_model_len,
+                         not self.scheduler.waiting and not self.has_pending())
+        # positions num_computed .. + run.n are run's; this burst writes the n after them
+        if not n or not all(self.blocks.grow(r.request_id, r.num_computed + run.n + n) for r in run.reqs):
+            return None  # blocks grown for nothing are trimmed by the commit below
+        nxt = self.runner.launch_burst(run.reqs, n, after=run)
+        self.counters.steps += n
+        self.counters.burst_steps += n
+        self.counters.burst_chained += 1
+        return nxt
+
+    def _emit_burst(self, run: BurstRun) -> None:
+        """Chain the next burst behind `run` if allowed, then wait for `run` and emit its tokens
+        one by one as normal steps would. A request that stops (or was aborted) drops the rest
+        of its tokens, those of the chained burst included."""
+        nxt = self._chain(run)
+        self._in_flight = nxt
         for req, toks in zip(run.reqs, self.runner.burst_tokens(run)):
+            if req.finished:  # stopped inside the burst before, or aborted: nothing of this one counts
+                continue
             for tok in toks:
                 req.num_computed += 1
                 self._append(req, tok, None)
                 if req.finished:
                     break
-            if not req.finished:
+            if req.finished:
+                continue
+            if nxt is None:
                 self.scheduler.commit(req)
+            else:  # publish the confirmed blocks, but keep the ones the chained burst is writing
+                self.blocks.commit(req.request_id, req.all_ids, req.num_computed, self.scheduler.namespace)
 
     def _sample(self, sched: SchedulerOutput, logits: torch.Tensor, row_start: list[int]):
         rows: list[SamplingRow] = []

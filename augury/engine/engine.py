@@ -11,6 +11,7 @@ code path.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import traceback
@@ -104,6 +105,7 @@ class Engine:
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
         self.core.burst = self._burst_steps(config)
+        self.core.burst_pipeline = config.burst_pipeline and os.environ.get("AUGURY_BURST_PIPELINE", "1") != "0"
         self.drafters = build_drafters(self, config)
         # RAM budget + SSD tier; wraps drafters with own pools so their KV is cached too
         self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
@@ -117,6 +119,7 @@ class Engine:
             self.core.spec = SpecCoordinator(self.drafters, DraftPolicy(
                 max_draft=config.num_draft_tokens, adaptive=config.spec_adaptive, curve=curve))
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.core.has_pending = lambda: not self._commands.empty()  # stops chaining bursts past a command
         self._pending = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -325,6 +328,7 @@ class Engine:
             "preemptions": c.preemptions,
             "steps": c.steps,
             "burst_steps": c.burst_steps,
+            "burst_chained": c.burst_chained,
             "spec_drafted_total": self.core.spec.totals["drafted"] if self.core.spec else 0,
             "spec_accepted_total": self.core.spec.totals["accepted"] if self.core.spec else 0,
             "spec_rounds_total": self.core.spec.totals["rounds"] if self.core.spec else 0,
