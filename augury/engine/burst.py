@@ -21,7 +21,8 @@ in burst k drops its tokens of burst k+1 too; the others keep theirs (computed f
 the right inputs). KV that burst k+1 writes past a stopped request's end lies in
 blocks past its confirmed tokens: never published, released after, and any reuse
 of them is ordered after burst k+1 on the stream. `AUGURY_BURST_PIPELINE=0` (or
-EngineConfig.burst_pipeline = False) turns chaining off.
+EngineConfig.burst_pipeline = False) turns chaining off. On the H200, random Llama-3-8B
+bf16 weights, eager, 1024-token prompts: B=1 202 -> 209 tok/s, B=8 1184 -> 1233 (the same tokens).
 
 Eligible requests: greedy, no logprobs, no logit bias, no penalties, no grammar,
 no speculation (those need the host sampler or a verify step each token).
