@@ -10,9 +10,15 @@ bf16, docs/data/kernels-h200.json): 1.3-3.1x faster than gather + SDPA for decod
 One program owns (request, kv head, split of the context). Its query rows are the
 request's max_q new tokens x the heads sharing that kv head (GQA), so each K/V tile
 is loaded once for all of them and fed to tensor-core dots. Splits (flash-decoding)
-keep the GPU busy when batch x kv heads is small (B = 1 at long context); a small
-second kernel merges their partial softmax states. With a single split the first
-kernel normalizes and writes the output itself.
+keep the GPU busy when batch x kv heads is small (B = 1 at long context). The partial
+softmax states are merged in the same launch: the program of a (request, kv head) that
+writes its partial last (an atomic counter, `triton_splitkv.arrive_last`) merges all of
+them in split order and writes the output, so the result is bitwise the same whichever
+program finishes last, and a decode step is one launch per layer. That makes splits
+cheap, so small batches run short splits over ~1-2 waves of the GPU (`plan_launch`).
+`one_launch=False` keeps the older way (the earlier split choice and a second merge
+kernel) for comparison. With a single split the kernel normalizes and writes the output
+itself.
 
 Calling convention = `augury.kv.codecs.triton_attention.encoded_decode_attention`
 (q [B, max_q, H, D], gather_slots [B, max_kv], additive mask [B, 1, max_q, max_kv]).
@@ -30,7 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from augury.layers.triton_splitkv import merge_splits_kernel, num_splits_for, partials, sm_count, split_plan
+from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exported for the benchmarks)
+    arrive_last, merge_chunk, merge_partials, merge_splits_kernel, num_splits_for, partials, release_counter,
+    sm_count, split_counters, split_plan, splits_for_sms)
 
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -57,12 +65,13 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 @triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
-    acc_ptr, m_ptr, l_ptr,
+    acc_ptr, m_ptr, l_ptr, cnt_ptr,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
+    ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -114,9 +123,25 @@ def _paged_decode_kernel(
         m_i = m_new
     if SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
-        tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
-        tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
-        tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
+        if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
+            tl.store(m_ptr + part * BLOCK_M + offs_m, m_i, mask=row_ok)
+            tl.store(l_ptr + part * BLOCK_M + offs_m, l_i, mask=row_ok)
+            tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc,
+                     mask=row_ok[:, None] & d_ok[None, :])
+            counter = cnt_ptr + b * HKV + h
+            if arrive_last(counter, num_splits):  # every split of (b, h) has stored its partial
+                o = merge_partials(acc_ptr, m_ptr, l_ptr, (b * HKV + h) * num_splits, num_splits, max_q * REP,
+                                   BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D, D=D, ROWS=MERGE_ROWS, CHUNK=MERGE_CHUNK)
+                offs_r = tl.arange(0, MERGE_ROWS)
+                jr = offs_r // REP
+                hr = h * REP + offs_r % REP
+                dst = o_ptr + b * s_ob + jr[:, None] * s_oj + hr[:, None] * s_oh + offs_d[None, :]
+                tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=(offs_r < max_q * REP)[:, None] & d_ok[None, :])
+                release_counter(counter)
+        else:  # a second kernel merges (merge_splits_kernel)
+            tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
+            tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
+            tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc)
     else:
         o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
         dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
@@ -129,23 +154,59 @@ class LaunchConfig:
     num_warps: int
     num_stages: int
     waves: float  # split the context until the grid covers the GPU this many times over
+    min_tiles: int = 2  # ... but keep at least this many key tiles per split
 
 
-def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device) -> LaunchConfig:
+def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device,
+                  one_launch: bool = True) -> LaunchConfig:
     """Launch parameters from shapes alone (the same step always compiles and launches the same).
+    The split count needs the context length too: `plan_launch`."""
+    return _launch_config(rows, batch_kv_heads, d, sm_count(device), one_launch)
 
-    From the H200 sweep (docs/data/kernels-h200.json, llama3-8b shapes, bf16): few programs
-    (B <= 2) want long 128-key tiles and one wave of splits (fewer partials to merge); a full
-    grid (B = 64: 512 programs) runs best at 2 warps, more resident programs per SM."""
+
+def _launch_config(rows: int, batch_kv_heads: int, d: int, sms: int, one_launch: bool) -> LaunchConfig:
+    """From the H200 sweep (docs/data/kernels-h200.json, llama3-8b shapes, bf16), with a second
+    merge kernel: few programs (B <= 2) want long 128-key tiles and one wave of splits (fewer
+    partials to merge); a full grid (B = 64: 512 programs) runs best at 2 warps, more resident
+    programs per SM. With the merge in the same launch (one_launch) a partial costs a few KB
+    of L2 traffic and no launch, so decode rows below two waves of (request, kv head) programs
+    take short splits (>= 1 tile of 64 keys, fewer when the context is short: `plan_launch`)
+    over ~2 waves; full grids (B = 64) and wide verify windows keep their swept choices."""
     if rows > 16:  # wide verify windows (16 rows x 4 heads swept at B = 1: 128-key tiles, one wave)
         return LaunchConfig(128, 4, 3, 1.0) if batch_kv_heads <= 16 else LaunchConfig(64, 4, 3, 2.0)
-    if batch_kv_heads <= 16:
+    if one_launch and batch_kv_heads < 2 * sms:  # splits ahead: short ones, merged in place
+        cfg = LaunchConfig(64, 4, 3, 2.0, min_tiles=1)
+    elif batch_kv_heads <= 16:
         cfg = LaunchConfig(128, 4, 3, 1.0)
     else:
-        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * sm_count(device) else 4, 3, 2.0)
+        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * sms else 4, 3, 2.0)
     if d > 128:
-        cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves)
+        cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves, cfg.min_tiles)
     return cfg
+
+
+def plan_launch(rows: int, batch_kv_heads: int, max_kv: int, d: int, sms: int,
+                one_launch: bool = True) -> tuple[LaunchConfig, int]:
+    """(launch config, number of splits) for BLOCK_M = `rows` query rows per program,
+    B x Hkv = `batch_kv_heads`, `max_kv` keys, BLOCK_D = `d`, on a GPU of `sms` multiprocessors.
+
+    A pure function of its integers: a step of given shapes always launches the same grid
+    (CUDA graphs capture it). With one_launch, decode rows that would leave SMs idle take
+    32-key tiles when 64-key ones cannot give every SM a program (short contexts: B = 1 with
+    8 kv heads at 1k keys -> 32 splits of 32 keys, 256 programs); B = 1 at 4k-8k -> 32
+    splits of 64-key tiles. one_launch=False: the older choice (the two-launch path)."""
+    cfg = _launch_config(rows, batch_kv_heads, d, sms, one_launch)
+
+    def splits(c: LaunchConfig) -> int:
+        s = splits_for_sms(batch_kv_heads, max_kv, c.block_n, sms, waves=c.waves, min_tiles=c.min_tiles)
+        return split_plan(max_kv, s, c.block_n)[0]
+
+    S = splits(cfg)
+    if one_launch and cfg.min_tiles == 1 and batch_kv_heads * S < sms and cfg.block_n > 32:
+        short = LaunchConfig(32, cfg.num_warps, cfg.num_stages, cfg.waves, cfg.min_tiles)
+        if batch_kv_heads * splits(short) > batch_kv_heads * S:
+            cfg, S = short, splits(short)
+    return cfg, S
 
 
 def paged_decode_attention(
@@ -160,8 +221,14 @@ def paged_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    one_launch: bool = True,
 ) -> torch.Tensor:
-    """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load."""
+    """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
+
+    one_launch: splits are merged by the last program of each (request, kv head) in the
+    same launch, with the split choice made for that (default); False: the older split
+    choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
+    num_warps / num_stages override the choice (tests, sweeps)."""
     B, max_q, H, D = q.shape
     Hkv = k_pool.shape[1]
     rep = H // Hkv
@@ -174,23 +241,35 @@ def paged_decode_attention(
         gather_slots = gather_slots.contiguous()
     BLOCK_M = max(16, triton.next_power_of_2(max_q * rep))
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    cfg = launch_config(BLOCK_M, B * Hkv, BLOCK_D, q.device)
-    block_n = block_n or cfg.block_n
-    S = num_splits or num_splits_for(B * Hkv, max_kv, block_n, q.device, waves=cfg.waves)
+    cfg, S = plan_launch(BLOCK_M, B * Hkv, max_kv, BLOCK_D, sm_count(q.device), one_launch)
+    if block_n or num_splits:
+        block_n = block_n or cfg.block_n
+        S = num_splits or splits_for_sms(B * Hkv, max_kv, block_n, sm_count(q.device), waves=cfg.waves,
+                                         min_tiles=cfg.min_tiles)
+    else:
+        block_n = cfg.block_n
     S, split_len = split_plan(max_kv, S, block_n)
+    num_warps = num_warps or cfg.num_warps
     out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=q.device)
     acc, m, l = partials(out, Hkv, S, BLOCK_M, BLOCK_D)
+    # the arrival counters (persistent, zero between launches); none to be had inside a
+    # graph capture that needs more than exist -> a second merge kernel instead
+    counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
+    merged_here = counters is not None
+    rows = triton.next_power_of_2(max_q * rep)
     _paged_decode_kernel[(B, Hkv, S)](
-        q, k_pool, v_pool, gather_slots, bias, out, acc, m, l,
+        q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
         bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
         REP=rep, D=D, HKV=Hkv, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
-        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
+        ONE_LAUNCH=merged_here, MERGE_ROWS=rows,
+        MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
+        num_warps=num_warps, num_stages=num_stages or cfg.num_stages,
     )
-    if S > 1:
+    if S > 1 and not merged_here:
         merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
                                 HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
     return out

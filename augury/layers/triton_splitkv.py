@@ -4,11 +4,19 @@
 A long KV range is cut into S splits that run as separate programs; each writes its
 partial (running max m, denominator l, unnormalized accumulator) and one merge program
 per (request, KV head) combines them, exactly as softmax over the whole range would.
+
+Two ways to merge: a second launch (`merge_splits_kernel`, one program per (request, KV
+head)), or inside the same launch ("last program merges": `arrive_last` counts the
+programs of a (request, KV head) that have written their partial on a persistent counter
+from `split_counters`; the one that arrives last reads all S partials back in split order
+(`merge_partials`, so the result does not depend on which program finished last), writes
+the output rows and puts the counter back to 0 for the next launch / graph replay).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 import triton
@@ -25,7 +33,13 @@ def num_splits_for(batch_kv_heads: int, max_kv: int, block_n: int, device: torch
                    waves: float = 2.0, min_tiles: int = 2) -> int:
     """Splits so the grid covers the GPU `waves` times over, each split over >= `min_tiles`
     key tiles. A function of shapes only: the same step always launches the same grid."""
-    target = int(waves * sm_count(device))
+    return splits_for_sms(batch_kv_heads, max_kv, block_n, sm_count(device), waves, min_tiles)
+
+
+def splits_for_sms(batch_kv_heads: int, max_kv: int, block_n: int, sms: int, waves: float = 2.0,
+                   min_tiles: int = 2) -> int:
+    """`num_splits_for` on a GPU of `sms` multiprocessors (pure: integers in, integer out)."""
+    target = int(waves * sms)
     want = max(1, -(-target // batch_kv_heads))
     most = max(1, -(-max_kv // (min_tiles * block_n)))
     return min(want, most)
@@ -75,3 +89,107 @@ def merge_splits_kernel(
     ok = (offs_m < max_q * REP)[:, None] & (offs_d < D)[None, :]
     tl.store(o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :],
              o.to(o_ptr.dtype.element_ty), mask=ok)
+
+
+# ------------------------------------------------------------------ merge in the same launch
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []  # outgrown counter buffers: captured CUDA graphs may still hold them
+_COUNTERS_LOCK = threading.Lock()
+MIN_COUNTERS = 8192  # int32 each (32 KB); the default split choice needs B x Hkv < 2 x SMs of them
+
+
+def split_counters(device: torch.device, n: int = 0) -> torch.Tensor | None:
+    """The zeroed int32 arrival counters (>= n of them, one per (request, KV head)) that
+    `arrive_last` uses on `device`, or None when there are fewer than n and a CUDA graph is
+    being captured on the current stream (the caller then merges with a second launch).
+
+    Persistent by design: each launch leaves them at 0 again, so a captured graph can
+    replay; they are created (zeroed) outside any capture, cached per device, grown by
+    replacing the buffer, and never freed (an outgrown buffer stays alive in `_RETIRED`,
+    since graphs captured earlier keep its address). One buffer per device: two launches
+    that use it must not run at the same time (e.g. on two streams at once)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    buf = _COUNTERS.get(device)
+    if buf is not None and buf.numel() >= n:
+        return buf
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    with _COUNTERS_LOCK:
+        buf = _COUNTERS.get(device)
+        if buf is None or buf.numel() < n:
+            if buf is not None:
+                _RETIRED.append(buf)
+            size = max(MIN_COUNTERS, triton.next_power_of_2(max(1, n)))
+            buf = _COUNTERS[device] = torch.zeros(size, dtype=torch.int32, device=device)
+        return buf
+
+
+def merge_chunk(splits: int, rows: int, block_d: int, num_warps: int) -> int:
+    """Splits `merge_partials` loads at once: a power of 2, at most next_power_of_2(splits),
+    the [chunk, rows, block_d] float32 tile within ~64 registers per thread."""
+    budget = max(1, (64 * 32 * num_warps) // (rows * block_d))
+    chunk = 1
+    while chunk * 2 <= budget and chunk < splits:
+        chunk *= 2
+    return chunk
+
+
+@triton.jit
+def arrive_last(counter_ptr, num_splits):
+    """Call after storing this program's partial: -> true in the program of its (request,
+    KV head) that arrived last (all num_splits partials are then visible to it).
+
+    The barrier makes every thread's partial stores precede the arrival; the counter add
+    is acq_rel at GPU scope (release: this program's stores are published with it;
+    acquire: the last one sees every earlier program's). Triton broadcasts a scalar
+    atomic's result to the whole program; the second barrier orders the merge's loads
+    after the acquire in every thread."""
+    tl.debug_barrier()
+    old = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    return old == num_splits - 1
+
+
+@triton.jit
+def release_counter(counter_ptr):
+    """The last program puts its counter back to 0 (every other program has arrived already)."""
+    tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def merge_partials(acc_ptr, m_ptr, l_ptr, base, num_splits, rows,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+                   ROWS: tl.constexpr, CHUNK: tl.constexpr):
+    """Partials base .. base + num_splits - 1 (layout of `partials`, first `rows` rows valid)
+    -> the normalized output rows [ROWS, BLOCK_D] float32.
+
+    Always the same order whatever the arrival order: chunks of CHUNK splits in split
+    order, each chunk's rows summed over its splits by one fixed reduction, folded into
+    running (max, denominator, numerator) exactly as online softmax. Loads bypass L1
+    (.cg): the partials were written by other programs of this launch."""
+    offs_r = tl.arange(0, ROWS)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_c = tl.arange(0, CHUNK)
+    r_ok = offs_r < rows
+    d_ok = offs_d < D
+    mx = tl.full([ROWS], -1.0e30, dtype=tl.float32)
+    den = tl.zeros([ROWS], dtype=tl.float32)
+    num = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+    for s0 in range(0, num_splits, CHUNK):
+        sp = s0 + offs_c
+        ok2 = (sp < num_splits)[:, None] & r_ok[None, :]  # [C, R]
+        row = (base + sp)[:, None] * BLOCK_M + offs_r[None, :]
+        m_c = tl.load(m_ptr + row, mask=ok2, other=-1.0e30, cache_modifier=".cg")
+        l_c = tl.load(l_ptr + row, mask=ok2, other=0.0, cache_modifier=".cg")
+        a_c = tl.load(acc_ptr + row[:, :, None] * BLOCK_D + offs_d[None, None, :],
+                      mask=ok2[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(mx, tl.max(m_c, axis=0))
+        alpha = tl.exp(mx - m_new)
+        w = tl.exp(m_c - m_new[None, :])  # [C, R]; a split with no visible key weighs 0
+        den = den * alpha + tl.sum(w * l_c, axis=0)
+        num = num * alpha[:, None] + tl.sum(w[:, :, None] * a_c, axis=0)
+        mx = m_new
+    return num / tl.maximum(den, 1.0e-30)[:, None]

@@ -15,6 +15,7 @@ CPU, FRESH = interpreter()
 
 from augury.layers.attention import SeqSpec, build_attention_metadata, softcap_attention  # noqa: E402
 from augury.layers.triton_paged_decode import paged_decode_attention, supported  # noqa: E402
+from augury.layers.triton_splitkv import split_plan  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
 cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
@@ -237,6 +238,118 @@ def test_compiled_paged_attention_writes_kv_and_calls_the_op():
     ops = [n.target for g in rec.fw_graphs for n in g.graph.nodes if n.op == "call_function"]
     assert ops.count(torch.ops.augury.paged_decode_attention.default) == 2
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------- merge in the same launch
+
+
+def _counters():
+    from augury.layers.triton_splitkv import split_counters
+
+    return split_counters(DEV)
+
+
+@here
+@pytest.mark.parametrize("splits", [1, 2, 3, 5])
+def test_one_launch_merge_equals_reference_and_two_launches(splits):
+    # 80 keys in splits of whole 16-key tiles; request 1 is short: its later splits hold only
+    # padded (masked) keys; request 2 is a 3-row verify window (padded query rows in the partials)
+    q, kp, vp, gm = _case([(79, 1), (3, 1), (17, 3)], seed=20, num_blocks=30)
+    assert split_plan(gm.max_kv, splits, 16)[0] == splits
+    one = _check(q, kp, vp, gm, num_splits=splits, block_n=16)
+    two = _check(q, kp, vp, gm, num_splits=splits, block_n=16, one_launch=False)
+    torch.testing.assert_close(one, two, atol=1e-5, rtol=1e-5)
+    assert not _counters().any()
+
+
+@here
+@pytest.mark.parametrize("splits", [2, 3])
+def test_one_launch_merge_sliding_window_softcap_gqa(splits):
+    # a window of 37 over 80 keys (the first gathered keys masked) next to a short verify
+    # window whose later splits see no key at all
+    q, kp, vp, gm = _case([(79, 1), (9, 2)], H=8, Hkv=2, window=37, seed=21)
+    assert not gm.mask[0, 0, 0, :3].any() and not gm.mask[1, 0, :, 16:].any()
+    assert split_plan(gm.max_kv, splits, 16)[0] == splits
+    _check(q, kp, vp, gm, scale=0.2, softcap=5.0, num_splits=splits, block_n=16)
+    assert not _counters().any()
+
+
+@here
+def test_one_launch_is_bitwise_repeatable_and_leaves_the_counters_zero():
+    # a captured graph replays the same launch: the counters must be back at 0 after each
+    # call, and the merge order must not depend on which program arrived last
+    q, kp, vp, gm = _case([(50, 1), (30, 1)], seed=22)
+    bias = gm.additive_mask(q.dtype)
+    a = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, num_splits=4, block_n=16)
+    assert not _counters().any()
+    b = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, num_splits=4, block_n=16)
+    assert torch.equal(a, b)
+    assert not _counters().any()
+
+
+def test_split_counters_persist_grow_and_stay_alive():
+    from augury.layers import triton_splitkv as sk
+
+    dev = torch.device("cpu")
+    first = sk.split_counters(dev, 4)
+    assert first.dtype == torch.int32 and first.numel() >= sk.MIN_COUNTERS and not first.any()
+    assert sk.split_counters(dev, 4) is first  # cached: graphs keep its address
+    grown = sk.split_counters(dev, first.numel() + 1)
+    assert grown.numel() > first.numel() and not grown.any()
+    assert any(t is first for t in sk._RETIRED)  # an outgrown buffer is never freed
+    assert sk.split_counters(dev, 1) is grown
+
+
+def test_split_choice_fills_the_gpu_at_batch_one_and_keeps_the_batch_64_grid():
+    """The split choice is a pure function of shapes (H200: 132 SMs; decode rows of 4
+    heads per kv head pad to BLOCK_M = 16)."""
+    from augury.layers.triton_paged_decode import LaunchConfig, plan_launch
+
+    sms, Hkv, rows, d = 132, 8, 16, 128
+    for max_kv in (1024, 4096, 8192):
+        cfg, S = plan_launch(rows, 1 * Hkv, max_kv, d, sms)
+        assert sms <= Hkv * S <= 2 * sms + Hkv, (max_kv, cfg, S)  # ~1-2 waves, one launch
+        assert cfg.block_n in (32, 64)
+        assert S * cfg.block_n <= max_kv + cfg.block_n  # no empty split
+        assert plan_launch(rows, Hkv, max_kv, d, sms) == (cfg, S)  # same shapes, same grid
+    # the older choice (one_launch=False) is unchanged: 128-key tiles, 4 splits at 1k
+    assert plan_launch(rows, Hkv, 1024, d, sms, one_launch=False) == (LaunchConfig(128, 4, 3, 1.0), 4)
+    # B = 64: the swept grid (64-key tiles, 2 warps, no split) either way
+    for max_kv in (1024, 8192):
+        assert plan_launch(rows, 64 * Hkv, max_kv, d, sms) == (LaunchConfig(64, 2, 3, 2.0), 1)
+        assert plan_launch(rows, 64 * Hkv, max_kv, d, sms, one_launch=False) == (LaunchConfig(64, 2, 3, 2.0), 1)
+    # B = 4: ~2 waves as before
+    cfg, S = plan_launch(rows, 4 * Hkv, 1024, d, sms)
+    assert (cfg.block_n, S) == (64, 8)
+
+
+@cuda_only
+@pytest.mark.parametrize("H,Hkv,max_q", [(32, 8, 1), (8, 8, 1), (32, 8, 16), (32, 8, 3)])
+def test_one_launch_on_the_gpu_is_deterministic_and_matches(H, Hkv, max_q):
+    """Compiled: the default split choice and forced many splits match the reference and
+    the two-launch path; 50 repeated calls are bitwise equal (a memory-ordering slip in the
+    last-program merge would show up as a stray difference); the counters end at 0."""
+    torch.manual_seed(1)
+    D, bs = 128, 16
+    for B, ctx in ((1, 1000), (1, 4000), (3, 777)):
+        per = -(-(ctx + max_q) // bs)
+        specs = [SeqSpec(ctx - 37 * i, max_q, {"full": list(range(i * per, (i + 1) * per))}) for i in range(B)]
+        gm = build_attention_metadata(specs, bs, {"full": None}, DEV).groups["full"]
+        kp = torch.randn(B * per * bs, Hkv, D, device=DEV, dtype=torch.bfloat16)
+        vp = torch.randn_like(kp)
+        q = torch.randn(B, max_q, H, D, device=DEV, dtype=torch.bfloat16)
+        bias = gm.additive_mask(torch.bfloat16)
+        ref = _reference(q, kp, vp, gm, D ** -0.5, None)
+        for kw in ({}, {"num_splits": 13, "block_n": 32}):
+            if max_q * H // Hkv > 64:
+                continue
+            out = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, **kw)
+            torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+            two = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, one_launch=False, **kw)
+            torch.testing.assert_close(out.float(), two.float(), atol=2e-2, rtol=2e-2)
+            for _ in range(50):
+                assert torch.equal(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, **kw), out)
+            assert not _counters().any()
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
