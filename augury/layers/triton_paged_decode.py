@@ -15,7 +15,7 @@ softmax states are merged in the same launch: the program of a (request, kv head
 writes its partial last (an atomic counter, `triton_splitkv.arrive_last`) merges all of
 them in split order and writes the output, so the result is bitwise the same whichever
 program finishes last, and a decode step is one launch per layer. That makes splits
-cheap, so small batches run short splits over ~1-2 waves of the GPU (`plan_launch`).
+cheaper (one launch per layer; splits of a single tile allowed: `plan_launch`).
 `one_launch=False` keeps the older way (the earlier split choice and a second merge
 kernel) for comparison. With a single split the kernel normalizes and writes the output
 itself.
@@ -71,7 +71,8 @@ def _paged_decode_kernel(
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
-    ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -94,10 +95,16 @@ def _paged_decode_kernel(
     hi = tl.minimum(lo + split_len, max_kv)
     k_base = k_ptr + h * s_kh + offs_d[None, :]
     v_base = v_ptr + h * s_vh + offs_d[None, :]
+    if PREFETCH:  # the next tile's slots are loaded a tile ahead: its K/V loads need not wait for them
+        nxt = tl.load(gather_ptr + b * s_gb + lo + offs_n, mask=lo + offs_n < hi, other=0)
     for start in range(lo, hi, BLOCK_N):
         n = start + offs_n
         n_ok = n < hi
-        slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
+        if PREFETCH:
+            slots = nxt.to(tl.int64)
+            nxt = tl.load(gather_ptr + b * s_gb + n + BLOCK_N, mask=n + BLOCK_N < hi, other=0)
+        else:
+            slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
         ld = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
         v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
@@ -131,7 +138,8 @@ def _paged_decode_kernel(
             counter = cnt_ptr + b * HKV + h
             if arrive_last(counter, num_splits):  # every split of (b, h) has stored its partial
                 o = merge_partials(acc_ptr, m_ptr, l_ptr, (b * HKV + h) * num_splits, num_splits, max_q * REP,
-                                   BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D, D=D, ROWS=MERGE_ROWS, CHUNK=MERGE_CHUNK)
+                                   BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D, D=D, ROWS=MERGE_ROWS, SPLITS=MERGE_SPLITS,
+                                   CHUNK=MERGE_CHUNK)
                 offs_r = tl.arange(0, MERGE_ROWS)
                 jr = offs_r // REP
                 hr = h * REP + offs_r % REP
@@ -155,6 +163,7 @@ class LaunchConfig:
     num_stages: int
     waves: float  # split the context until the grid covers the GPU this many times over
     min_tiles: int = 2  # ... but keep at least this many key tiles per split
+    prefetch: bool = False  # load each tile's gather slots one tile ahead
 
 
 def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device,
@@ -165,23 +174,27 @@ def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device,
 
 
 def _launch_config(rows: int, batch_kv_heads: int, d: int, sms: int, one_launch: bool) -> LaunchConfig:
-    """From the H200 sweep (docs/data/kernels-h200.json, llama3-8b shapes, bf16), with a second
-    merge kernel: few programs (B <= 2) want long 128-key tiles and one wave of splits (fewer
-    partials to merge); a full grid (B = 64: 512 programs) runs best at 2 warps, more resident
-    programs per SM. With the merge in the same launch (one_launch) a partial costs a few KB
-    of L2 traffic and no launch, so decode rows below two waves of (request, kv head) programs
-    take short splits (>= 1 tile of 64 keys, fewer when the context is short: `plan_launch`)
-    over ~2 waves; full grids (B = 64) and wide verify windows keep their swept choices."""
+    """From H200 sweeps (llama3-8b shapes, bf16; graph replay over 32 layers' pools).
+
+    Two launches (docs/data/kernels-h200.json): few programs (B <= 2) want long 128-key tiles
+    and one wave of splits; a full grid (B = 64: 512 programs) runs best at 2 warps, more
+    resident programs per SM. One launch (`python -m augury.bench.kernels_gpu --only
+    attn-onelaunch`): B = 1 still wants 128-key tiles and ~one wave, but splits of a single
+    tile are allowed (1k keys: 9 splits of 128 keys, 9-10 us, vs 10.9 for 5 splits + merge
+    kernel; 64- or 32-key tiles over 136-264 programs were slower, 10.4-14 us: each split's
+    dependent load chain and the merge tail cost more than the extra programs bring); B = 4
+    (32 request x kv-head pairs) runs best at 2 warps with the slots prefetched (4k: 29 vs 33 us).
+    Full grids (B = 64: no split) and wide verify windows keep their swept choices."""
     if rows > 16:  # wide verify windows (16 rows x 4 heads swept at B = 1: 128-key tiles, one wave)
         return LaunchConfig(128, 4, 3, 1.0) if batch_kv_heads <= 16 else LaunchConfig(64, 4, 3, 2.0)
-    if one_launch and batch_kv_heads < 2 * sms:  # splits ahead: short ones, merged in place
-        cfg = LaunchConfig(64, 4, 3, 2.0, min_tiles=1)
-    elif batch_kv_heads <= 16:
-        cfg = LaunchConfig(128, 4, 3, 1.0)
+    if batch_kv_heads <= 16:
+        cfg = LaunchConfig(128, 4, 3, 1.0, min_tiles=1 if one_launch else 2, prefetch=one_launch)
+    elif batch_kv_heads < 2 * sms:
+        cfg = LaunchConfig(64, 2, 3, 2.0, prefetch=True) if one_launch else LaunchConfig(64, 4, 3, 2.0)
     else:
-        cfg = LaunchConfig(64, 2 if batch_kv_heads >= 2 * sms else 4, 3, 2.0)
+        cfg = LaunchConfig(64, 2, 3, 2.0)
     if d > 128:
-        cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves, cfg.min_tiles)
+        cfg = LaunchConfig(min(cfg.block_n, 32), 4, 2, cfg.waves, cfg.min_tiles, cfg.prefetch)
     return cfg
 
 
@@ -191,22 +204,13 @@ def plan_launch(rows: int, batch_kv_heads: int, max_kv: int, d: int, sms: int,
     B x Hkv = `batch_kv_heads`, `max_kv` keys, BLOCK_D = `d`, on a GPU of `sms` multiprocessors.
 
     A pure function of its integers: a step of given shapes always launches the same grid
-    (CUDA graphs capture it). With one_launch, decode rows that would leave SMs idle take
-    32-key tiles when 64-key ones cannot give every SM a program (short contexts: B = 1 with
-    8 kv heads at 1k keys -> 32 splits of 32 keys, 256 programs); B = 1 at 4k-8k -> 32
-    splits of 64-key tiles. one_launch=False: the older choice (the two-launch path)."""
+    (CUDA graphs capture it). On the H200 (132 SMs), B = 1 with 8 kv heads: 1k keys -> 9
+    splits of one 128-key tile (72 programs), 4k-8k -> 17 splits (136 programs); B = 4 ->
+    9 splits of 64-key tiles (288 programs); B = 64 -> no split (512 programs).
+    one_launch=False: the choice of the two-launch path."""
     cfg = _launch_config(rows, batch_kv_heads, d, sms, one_launch)
-
-    def splits(c: LaunchConfig) -> int:
-        s = splits_for_sms(batch_kv_heads, max_kv, c.block_n, sms, waves=c.waves, min_tiles=c.min_tiles)
-        return split_plan(max_kv, s, c.block_n)[0]
-
-    S = splits(cfg)
-    if one_launch and cfg.min_tiles == 1 and batch_kv_heads * S < sms and cfg.block_n > 32:
-        short = LaunchConfig(32, cfg.num_warps, cfg.num_stages, cfg.waves, cfg.min_tiles)
-        if batch_kv_heads * splits(short) > batch_kv_heads * S:
-            cfg, S = short, splits(short)
-    return cfg, S
+    S = splits_for_sms(batch_kv_heads, max_kv, cfg.block_n, sms, waves=cfg.waves, min_tiles=cfg.min_tiles)
+    return cfg, split_plan(max_kv, S, cfg.block_n)[0]
 
 
 def paged_decode_attention(
@@ -222,6 +226,7 @@ def paged_decode_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     one_launch: bool = True,
+    prefetch: bool | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
@@ -265,8 +270,9 @@ def paged_decode_attention(
         bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
         REP=rep, D=D, HKV=Hkv, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
-        ONE_LAUNCH=merged_here, MERGE_ROWS=rows,
+        ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages,
     )
     if S > 1 and not merged_here:

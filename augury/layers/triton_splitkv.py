@@ -162,34 +162,34 @@ def release_counter(counter_ptr):
 @triton.jit
 def merge_partials(acc_ptr, m_ptr, l_ptr, base, num_splits, rows,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-                   ROWS: tl.constexpr, CHUNK: tl.constexpr):
-    """Partials base .. base + num_splits - 1 (layout of `partials`, first `rows` rows valid)
-    -> the normalized output rows [ROWS, BLOCK_D] float32.
+                   ROWS: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
+    """Partials base .. base + num_splits - 1 (layout of `partials`, first `rows` rows valid;
+    SPLITS = next_power_of_2(num_splits)) -> the normalized output rows [ROWS, BLOCK_D] float32.
 
-    Always the same order whatever the arrival order: chunks of CHUNK splits in split
-    order, each chunk's rows summed over its splits by one fixed reduction, folded into
-    running (max, denominator, numerator) exactly as online softmax. Loads bypass L1
-    (.cg): the partials were written by other programs of this launch."""
+    Always the same order whatever the arrival order: the row maxima and denominators of all
+    splits in one load, then the accumulators in chunks of CHUNK splits in split order, each
+    chunk summed over its splits by one fixed reduction. The chunk loads do not wait on the
+    sums (the weights come from the maxima), so the loop can prefetch. Loads bypass L1 (.cg):
+    the partials were written by other programs of this launch."""
     offs_r = tl.arange(0, ROWS)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_s = tl.arange(0, SPLITS)
     offs_c = tl.arange(0, CHUNK)
     r_ok = offs_r < rows
     d_ok = offs_d < D
-    mx = tl.full([ROWS], -1.0e30, dtype=tl.float32)
-    den = tl.zeros([ROWS], dtype=tl.float32)
+    ok_all = (offs_s < num_splits)[:, None] & r_ok[None, :]
+    row_all = (base + offs_s)[:, None] * BLOCK_M + offs_r[None, :]
+    m_all = tl.load(m_ptr + row_all, mask=ok_all, other=-1.0e30, cache_modifier=".cg")  # [S, R]
+    l_all = tl.load(l_ptr + row_all, mask=ok_all, other=0.0, cache_modifier=".cg")
+    mx = tl.max(m_all, axis=0)  # [R]
+    den = tl.sum(tl.exp(m_all - mx[None, :]) * l_all, axis=0)  # a split with no visible key weighs 0
     num = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
-    for s0 in range(0, num_splits, CHUNK):
+    for s0 in tl.range(0, num_splits, CHUNK, num_stages=2):
         sp = s0 + offs_c
         ok2 = (sp < num_splits)[:, None] & r_ok[None, :]  # [C, R]
         row = (base + sp)[:, None] * BLOCK_M + offs_r[None, :]
-        m_c = tl.load(m_ptr + row, mask=ok2, other=-1.0e30, cache_modifier=".cg")
-        l_c = tl.load(l_ptr + row, mask=ok2, other=0.0, cache_modifier=".cg")
+        w = tl.exp(tl.load(m_ptr + row, mask=ok2, other=-1.0e30, cache_modifier=".cg") - mx[None, :])
         a_c = tl.load(acc_ptr + row[:, :, None] * BLOCK_D + offs_d[None, None, :],
                       mask=ok2[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
-        m_new = tl.maximum(mx, tl.max(m_c, axis=0))
-        alpha = tl.exp(mx - m_new)
-        w = tl.exp(m_c - m_new[None, :])  # [C, R]; a split with no visible key weighs 0
-        den = den * alpha + tl.sum(w * l_c, axis=0)
-        num = num * alpha[:, None] + tl.sum(w[:, :, None] * a_c, axis=0)
-        mx = m_new
+        num += tl.sum(w[:, :, None] * a_c, axis=0)
     return num / tl.maximum(den, 1.0e-30)[:, None]

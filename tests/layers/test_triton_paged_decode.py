@@ -300,27 +300,31 @@ def test_split_counters_persist_grow_and_stay_alive():
     assert sk.split_counters(dev, 1) is grown
 
 
-def test_split_choice_fills_the_gpu_at_batch_one_and_keeps_the_batch_64_grid():
-    """The split choice is a pure function of shapes (H200: 132 SMs; decode rows of 4
-    heads per kv head pad to BLOCK_M = 16)."""
+def test_split_choice_is_pure_and_keeps_the_batch_64_grid():
+    """The split choice is a pure function of shapes (H200: 132 SMs; decode rows of 4 heads
+    per kv head pad to BLOCK_M = 16). Measured there (kernels_gpu --only attn-onelaunch), B = 1
+    runs fastest with ~one wave of 128-key splits, single-tile splits allowed, not with the
+    132-264 programs of shorter tiles (those were 5-20% slower)."""
     from augury.layers.triton_paged_decode import LaunchConfig, plan_launch
 
     sms, Hkv, rows, d = 132, 8, 16, 128
-    for max_kv in (1024, 4096, 8192):
-        cfg, S = plan_launch(rows, 1 * Hkv, max_kv, d, sms)
-        assert sms <= Hkv * S <= 2 * sms + Hkv, (max_kv, cfg, S)  # ~1-2 waves, one launch
-        assert cfg.block_n in (32, 64)
-        assert S * cfg.block_n <= max_kv + cfg.block_n  # no empty split
+    # B = 1: 1k keys -> 9 single-tile splits (the two-launch choice: 4 splits of two tiles)
+    cfg, S = plan_launch(rows, Hkv, 1024, d, sms)
+    assert (cfg.block_n, cfg.num_warps, S) == (128, 4, 8) and cfg.min_tiles == 1
+    assert plan_launch(rows, Hkv, 1025, d, sms)[1] == 9  # a decode step at 1k context reads 1025 keys
+    for max_kv in (4097, 8193):
+        cfg, S = plan_launch(rows, Hkv, max_kv, d, sms)
+        assert cfg.block_n == 128 and S == 17 and sms <= Hkv * S <= 2 * sms  # one wave
         assert plan_launch(rows, Hkv, max_kv, d, sms) == (cfg, S)  # same shapes, same grid
-    # the older choice (one_launch=False) is unchanged: 128-key tiles, 4 splits at 1k
+    # the two-launch choice is unchanged: 128-key tiles, at least 2 tiles a split
     assert plan_launch(rows, Hkv, 1024, d, sms, one_launch=False) == (LaunchConfig(128, 4, 3, 1.0), 4)
+    assert plan_launch(rows, 4 * Hkv, 4097, d, sms, one_launch=False) == (LaunchConfig(64, 4, 3, 2.0), 9)
+    # B = 4: the same 9 splits of 64-key tiles, at 2 warps with the slots prefetched
+    assert plan_launch(rows, 4 * Hkv, 4097, d, sms) == (LaunchConfig(64, 2, 3, 2.0, prefetch=True), 9)
     # B = 64: the swept grid (64-key tiles, 2 warps, no split) either way
-    for max_kv in (1024, 8192):
+    for max_kv in (1025, 8193):
         assert plan_launch(rows, 64 * Hkv, max_kv, d, sms) == (LaunchConfig(64, 2, 3, 2.0), 1)
         assert plan_launch(rows, 64 * Hkv, max_kv, d, sms, one_launch=False) == (LaunchConfig(64, 2, 3, 2.0), 1)
-    # B = 4: ~2 waves as before
-    cfg, S = plan_launch(rows, 4 * Hkv, 1024, d, sms)
-    assert (cfg.block_n, S) == (64, 8)
 
 
 @cuda_only
@@ -350,6 +354,33 @@ def test_one_launch_on_the_gpu_is_deterministic_and_matches(H, Hkv, max_q):
             for _ in range(50):
                 assert torch.equal(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, **kw), out)
             assert not _counters().any()
+
+
+@cuda_only
+def test_capture_without_counters_merges_with_a_second_kernel():
+    """A graph captured before any counter buffer exists cannot create one (no zeroed memory
+    inside a capture): that call takes the merge kernel and still replays correctly."""
+    from augury.layers import triton_splitkv as sk
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    if dev in sk._COUNTERS:
+        sk._RETIRED.append(sk._COUNTERS.pop(dev))
+    torch.manual_seed(2)
+    B, H, Hkv, D, ctx, bs = 1, 32, 8, 128, 1500, 16
+    per = -(-(ctx + 1) // bs)
+    gm = build_attention_metadata([SeqSpec(ctx, 1, {"full": list(range(per))})], bs, {"full": None}, DEV).groups["full"]
+    kp = torch.randn(per * bs, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    vp = torch.randn_like(kp)
+    q = torch.randn(B, 1, H, D, device=DEV, dtype=torch.bfloat16)
+    bias = gm.additive_mask(torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, num_splits=6)
+    assert dev not in sk._COUNTERS  # nothing was allocated inside the capture
+    graph.replay()
+    torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
