@@ -1,13 +1,20 @@
 """Microbenchmark of the Triton decode kernels against the paths they would replace (8B shapes).
 
-    python -m augury.bench.kernels_gpu --out DIR [--sweep] [--budget-s 240] [--tiny]
+    python -m augury.bench.kernels_gpu --out DIR [--sweep] [--budget-s 240] [--tiny] [--only PARTS]
 
 1. paged decode attention (augury.layers.triton_paged_decode) vs the current native path
    (index_select gather + SDPA), B in {1, 8, 64} x ctx in {1k, 8k}, plus verify widths;
 2. int4 dequant-matmul (augury.layers.triton_int4) vs tinygemm (`Int4Linear`) and the bf16
    cuBLAS matmul, for the N x K of every llama3-8b linear, M in {1, 4, 16};
 3. fused encoded-KV decode (augury.kv.codecs.triton_attention) at 8k, B in {1, 8}, vs the
-   native kernel and the current native path, with the old and new split grids.
+   native kernel and the current native path, with the old and new split grids;
+4. `--only attn-onelaunch` (not in the default parts): the native paged decode kernel at small
+   batch (B in {1, 4} x {1k, 4k, 8k} keys), the two-launch path (older split choice + merge
+   kernel) vs the one-launch path (merge by the last program, short splits), over 32 layers'
+   worth of distinct pools per graph; both paths checked against each other and a float32
+   reference, and the one-launch graph replayed repeatedly and compared bitwise (a
+   memory-ordering slip in the in-launch merge would show up there); a few other tile / wave
+   choices for the one-launch path are timed too, for retuning `plan_launch`.
 
 Every time is the median over replays of a CUDA graph holding one call per "layer" copy
 (distinct buffers totalling several times the L2), divided by the number of calls: what a
@@ -391,6 +398,139 @@ def bench_encoded(schemes, batches, ctx, H, Hkv, D, dev, bw, sweep: bool, deadli
         _free(dev)
 
 
+# ---------------------------------------------------------------------------- one-launch attention
+
+ONELAUNCH_LAYERS = 32  # calls per graph, each over its own pools (32 layers' worth)
+ONELAUNCH_VARIANTS_S = 30.0  # seconds for the extra tile / wave choices, all cases together
+ONELAUNCH_REPLAYS = 20  # replays of the one-launch graph compared bitwise with an eager call
+
+
+def _plan_str(cfg, S: int, B: int, Hkv: int) -> str:
+    return f"{cfg.block_n}-key tiles x {S} splits, {B * Hkv * S} programs, {cfg.num_warps} warps"
+
+
+def bench_onelaunch(cases, H, Hkv, D, dev, bw, res: dict, save, variants_s: float = ONELAUNCH_VARIANTS_S) -> None:
+    """Two-launch (older split choice + merge kernel) vs one-launch (merge by the last program,
+    short splits) paged decode attention at small batch; see the module doc (4)."""
+    from augury.layers.triton_paged_decode import paged_decode_attention, plan_launch
+    from augury.layers.triton_splitkv import sm_count, split_counters, split_plan, splits_for_sms
+
+    dt = torch.bfloat16
+    scale = D ** -0.5
+    sms = sm_count(dev)
+    rows = res.setdefault("attn_onelaunch", [])
+    variants_deadline = time.perf_counter() + variants_s
+    for B, ctx in cases:
+        gm, n_slots = _attention_case(B, ctx, 1, H, Hkv, D, dev, dt)
+        kv_bytes = B * gm.max_kv * Hkv * D * 2 * 2
+        L = ONELAUNCH_LAYERS if dev.type == "cuda" else 2
+        g = torch.Generator(device=dev).manual_seed(B * 100003 + ctx)
+        pools = [(torch.randn(n_slots, Hkv, D, device=dev, dtype=dt, generator=g),
+                  torch.randn(n_slots, Hkv, D, device=dev, dtype=dt, generator=g)) for _ in range(L)]
+        qp = torch.randn(B, 1, H, D, device=dev, dtype=dt, generator=g)
+        bias = gm.additive_mask(dt)
+        block_m = max(16, 1 << (H // Hkv - 1).bit_length())
+        block_d = max(16, 1 << (D - 1).bit_length())
+        old_cfg, old_S = plan_launch(block_m, B * Hkv, gm.max_kv, block_d, sms, one_launch=False)
+        new_cfg, new_S = plan_launch(block_m, B * Hkv, gm.max_kv, block_d, sms, one_launch=True)
+
+        def call(kp, vp, **kw):
+            return lambda: paged_decode_attention(qp, kp, vp, gm.gather_slots, bias, scale, None, **kw)
+
+        def timed(**kw) -> float:
+            return time_calls([call(kp, vp, **kw) for kp, vp in pools], dev)
+
+        two_us = timed(one_launch=False)
+        one_us = timed()
+        # the older split choice merged in the launch: what the merge alone buys
+        old_split_one_us = timed(num_splits=old_S, block_n=old_cfg.block_n, num_warps=old_cfg.num_warps)
+
+        # agreement: both paths, and a float32 reference, on the first pool
+        kp, vp = pools[0]
+        two = call(kp, vp, one_launch=False)().float()
+        one = call(kp, vp)().float()
+        flat = gm.gather_slots.reshape(-1)
+        k = kp.index_select(0, flat).view(B, -1, Hkv, D).transpose(1, 2).float().repeat_interleave(H // Hkv, 1)
+        v = vp.index_select(0, flat).view(B, -1, Hkv, D).transpose(1, 2).float().repeat_interleave(H // Hkv, 1)
+        att = (qp.transpose(1, 2).float() @ k.transpose(-1, -2)) * scale + bias.float()
+        ref = (att.softmax(-1) @ v).transpose(1, 2)
+
+        # determinism under graph replay (and the counters left at 0 for the next replay)
+        eager = [call(kp, vp)() for kp, vp in pools]
+        equal = total = 0
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for kp, vp in pools:
+                    call(kp, vp)()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                outs = [call(kp, vp)() for kp, vp in pools]
+            for _ in range(ONELAUNCH_REPLAYS):
+                for o in outs:
+                    o.fill_(float("nan"))
+                graph.replay()
+                equal += sum(bool(torch.equal(o, e)) for o, e in zip(outs, eager))
+                total += len(outs)
+            torch.cuda.synchronize()
+            del graph, outs
+        else:
+            again = [call(kp, vp)() for kp, vp in pools]
+            equal, total = sum(bool(torch.equal(a, e)) for a, e in zip(again, eager)), len(eager)
+        counters_zero = not bool(split_counters(dev).any())
+
+        row = {"batch": B, "ctx": ctx, "max_kv": gm.max_kv, "kv_bytes": kv_bytes, "layers": L,
+               "two_launch": {"block_n": old_cfg.block_n, "splits": old_S, "num_warps": old_cfg.num_warps,
+                              "programs": B * Hkv * old_S, "us": two_us, "GBps": kv_bytes / two_us / 1e3},
+               "one_launch": {"block_n": new_cfg.block_n, "splits": new_S, "num_warps": new_cfg.num_warps,
+                              "programs": B * Hkv * new_S, "us": one_us, "GBps": kv_bytes / one_us / 1e3},
+               "old_split_one_launch_us": old_split_one_us,
+               "speedup": two_us / one_us, "one_launch_bw_fraction": kv_bytes / (one_us * 1e-6) / bw,
+               "max_abs_diff_one_vs_two": float((one - two).abs().max()),
+               "max_abs_diff_one_vs_fp32": float((one - ref).abs().max()),
+               "max_abs_diff_two_vs_fp32": float((two - ref).abs().max()),
+               "replays_bitwise_equal": f"{equal}/{total}", "counters_zero": counters_zero}
+
+        # other tile / wave / warp / slot-prefetch choices for the one-launch path (retuning plan_launch)
+        tried, seen = [], set()
+        for block_n in (128, 64, 32):
+            for waves in (1.0, 2.0, 4.0):
+                for warps in (4, 2):
+                    for prefetch in (False, True):
+                        if time.perf_counter() > variants_deadline or (block_n == 32 and (waves > 2 or prefetch)):
+                            continue
+                        S = split_plan(gm.max_kv, splits_for_sms(B * Hkv, gm.max_kv, block_n, sms, waves, 1),
+                                       block_n)[0]
+                        if (block_n, S, warps, prefetch) in seen:
+                            continue
+                        seen.add((block_n, S, warps, prefetch))
+                        try:
+                            us = timed(num_splits=S, block_n=block_n, num_warps=warps, prefetch=prefetch)
+                        except Exception as e:  # noqa: BLE001 - a config that does not compile is just skipped
+                            _log(f"  variant {block_n}/{S}/{warps} failed: {type(e).__name__}: {str(e)[:120]}")
+                            continue
+                        tried.append({"block_n": block_n, "splits": S, "num_warps": warps, "prefetch": prefetch,
+                                      "programs": B * Hkv * S, "us": us, "GBps": kv_bytes / us / 1e3})
+        row["one_launch_variants"] = sorted(tried, key=lambda r: r["us"])
+        rows.append(row)
+        best = row["one_launch_variants"][0] if tried else None
+        _log(f"attn-onelaunch B={B} ctx={ctx}: two-launch {two_us:.2f} us ({row['two_launch']['GBps']:.0f} GB/s; "
+             f"{_plan_str(old_cfg, old_S, B, Hkv)}) | one-launch {one_us:.2f} us ({row['one_launch']['GBps']:.0f} GB/s; "
+             f"{_plan_str(new_cfg, new_S, B, Hkv)}) -> {row['speedup']:.2f}x | old splits merged in launch "
+             f"{old_split_one_us:.2f} us | max|one-two| {row['max_abs_diff_one_vs_two']:.3g}, max|one-fp32| "
+             f"{row['max_abs_diff_one_vs_fp32']:.3g}, max|two-fp32| {row['max_abs_diff_two_vs_fp32']:.3g} | "
+             f"replays bitwise equal {equal}/{total}, counters zero {counters_zero}"
+             + (f" | best variant {best['block_n']}x{best['splits']} w{best['num_warps']} "
+                f"prefetch {best['prefetch']} {best['us']:.2f} us"
+                if best else ""))
+        save()
+        del pools, eager
+        _free(dev)
+
+
 def _free(dev: torch.device) -> None:
     import gc
 
@@ -403,7 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     global SWEEP_CASE_S
     ap = argparse.ArgumentParser(prog="python -m augury.bench.kernels_gpu")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
-    ap.add_argument("--parts", default="attention,int4,encoded")
+    ap.add_argument("--parts", default="attention,int4,encoded",
+                    help="comma-separated: attention, int4, encoded, attn-onelaunch")
+    ap.add_argument("--only", default=None, help="run just these parts (comma-separated; overrides --parts)")
+    ap.add_argument("--onelaunch-variants-s", type=float, default=ONELAUNCH_VARIANTS_S,
+                    help="attn-onelaunch: seconds for timing other launch choices (0: none)")
     ap.add_argument("--sweep", action="store_true", help="also search launch parameters per case")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop sweeping after this many seconds")
     ap.add_argument("--sweep-parts", default="attention,int4,encoded", help="which parts --sweep searches")
@@ -442,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     bw = read_bandwidth(dev)
     res["read_bandwidth_GBps"] = bw / 1e9
     _log(f"read bandwidth {bw / 1e9:.0f} GB/s")
-    parts = set(a.parts.split(","))
+    parts = set((a.only or a.parts).split(","))
     swept = set(a.sweep_parts.split(",")) if a.sweep else set()
     SWEEP_CASE_S = a.sweep_case_s
     if a.tiny:
@@ -450,11 +594,13 @@ def main(argv: list[str] | None = None) -> int:
         att_cases = [(2, 40, 1), (1, 40, 4)]
         shapes = {"qkv": (48, 96), "o": (32, 64), "gate_up": (64, 64), "down": (32, 160), "lm_head": (80, 64)}
         ms, batches, ctx = [1, 4], [1, 2], 40
+        onelaunch_cases = [(1, 40), (2, 72)]
     else:
         H, Hkv, D = 32, 8, 128
         att_cases = [(B, c, 1) for B in (1, 8, 64) for c in (1024, 8192)] + [(8, 8192, 4), (1, 8192, 16)]
         shapes = LLAMA8B_LINEARS
         ms, batches, ctx = [1, 4, 16], [1, 8], 8192
+        onelaunch_cases = [(B, c) for B in (1, 4) for c in (1024, 4096, 8192)]
     res["shape"] = {"heads": H, "kv_heads": Hkv, "head_dim": D}
     if "attention" in parts:
         bench_attention(att_cases, H, Hkv, D, dev, bw, "attention" in swept, deadline, res, save)
@@ -464,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     if "encoded" in parts:
         bench_encoded([s for s in a.schemes.split(",") if s], batches, ctx, H, Hkv, D, dev, bw, "encoded" in swept, deadline,
                       res, save)
+    if "attn-onelaunch" in parts:
+        bench_onelaunch(onelaunch_cases, H, Hkv, D, dev, bw, res, save, a.onelaunch_variants_s)
     res["total_s"] = time.perf_counter() - t0
     save()
     print(format_table(res))
@@ -492,6 +640,13 @@ def format_table(res: dict) -> str:
                              f"{r['old_grid_us']:.1f}); native gather+SDPA {row['native_current_us']:.1f} us -> "
                              f"{r['vs_native_current']:.2f}x; native kernel {row['native_kernel_us']:.1f} us -> "
                              f"{r['vs_native_kernel']:.2f}x")
+    for r in res.get("attn_onelaunch", []):
+        t, o = r["two_launch"], r["one_launch"]
+        lines.append(f"attn-onelaunch B={r['batch']} ctx={r['ctx']:<5} two-launch {t['us']:6.2f} us "
+                     f"({t['GBps']:5.0f} GB/s, {t['block_n']}x{t['splits']})  one-launch {o['us']:6.2f} us "
+                     f"({o['GBps']:5.0f} GB/s, {o['block_n']}x{o['splits']})  {r['speedup']:4.2f}x  "
+                     f"max|one-two| {r['max_abs_diff_one_vs_two']:.2g}  bitwise replays {r['replays_bitwise_equal']}"
+                     f"  counters zero {r['counters_zero']}")
     return "\n".join(lines)
 
 
