@@ -233,7 +233,9 @@ def paged_decode_attention(
     one_launch: splits are merged by the last program of each (request, kv head) in the
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
-    num_warps / num_stages override the choice (tests, sweeps)."""
+    num_warps / num_stages / prefetch override the choice (tests, sweeps). Inside a CUDA-graph
+    capture that finds too few arrival counters (none are created there) the call merges
+    with the second kernel."""
     B, max_q, H, D = q.shape
     Hkv = k_pool.shape[1]
     rep = H // Hkv
