@@ -88,7 +88,7 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL)"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
-    del ws
+    ws.clear()
     torch.cuda.empty_cache()
     return row
 

@@ -15,6 +15,7 @@ Triton interpreter through `FORCE`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -31,6 +32,16 @@ def _on() -> bool:
     return _ENV_ON if FORCE is None else FORCE
 
 
+@functools.lru_cache(maxsize=1)
+def _kernels_ok() -> bool:
+    """Whether the Triton kernel module imports here (no triton: the unfused modules serve)."""
+    try:
+        import augury.layers.triton_gemv  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def _plain(lin: nn.Module, dtype: torch.dtype) -> bool:
     return type(lin) is nn.Linear and lin.bias is None and lin.weight.dtype == dtype and lin.weight.stride(1) == 1
 
@@ -45,6 +56,9 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
     if h.dim() != 2 or h.shape[0] != 1 or not _on():
         return False
     if h.device.type != "cuda" and not (FORCE and os.environ.get("TRITON_INTERPRET") == "1"):
+        return False
+    # (compiled CUDA graphs need triton anyway: inductor writes its GPU kernels in it)
+    if not torch.compiler.is_compiling() and not _kernels_ok():
         return False
     attn, mlp = layer.self_attn, layer.mlp
     return (h.dtype in (torch.bfloat16, torch.float16, torch.float32)
