@@ -200,9 +200,10 @@ class EngineConfig:
     # greedy decode steps per burst when every running request is plain greedy (engine/burst.py):
     # None = auto (8 on a CUDA-graph engine, off elsewhere), 0 or 1 = off
     decode_burst: int | None = None
-    # launch the next burst before waiting for the one in flight (pipelined bursts; engine/burst.py);
-    # AUGURY_BURST_PIPELINE=0 in the environment turns it off too (A/B measurements)
-    burst_pipeline: bool = True
+    # launch the next burst before waiting for the one in flight (pipelined bursts; engine/burst.py):
+    # None = auto (on CUDA, where launches are asynchronous; elsewhere a chained burst would only run
+    # before the previous one's tokens go out); AUGURY_BURST_PIPELINE=0 turns it off too (A/B)
+    burst_pipeline: bool | None = None
     seed: int | None = None  # base seed for requests without one
     progress: bool = True
     # speculative decoding defaults (a request may override or turn it off)

@@ -35,6 +35,7 @@ class EngineCounters:
     steps: int = 0
     burst_steps: int = 0  # forwards run inside decode bursts (engine/burst.py)
     burst_chained: int = 0  # bursts launched behind one still in flight (pipelined bursts)
+    burst_dropped: int = 0  # chained bursts dropped whole because a request stopped before them
     preemptions: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -197,9 +198,13 @@ class EngineCore:
     def _emit_burst(self, run: BurstRun) -> None:
         """Chain the next burst behind `run` if allowed, then wait for `run` and emit its tokens
         one by one as normal steps would. A request that stops (or was aborted) drops the rest
-        of its tokens, those of the chained burst included."""
+        of its tokens. The chained burst is then dropped whole: it computed the others in a batch
+        that still held the stopped request, which an unchained engine would no longer run (on a
+        GPU the batch size picks the kernels, so the tokens could differ); its K/V lies past every
+        request's confirmed tokens and is never published. That costs at most one burst per stop."""
         nxt = self._chain(run)
         self._in_flight = nxt
+        live = []
         for req, toks in zip(run.reqs, self.runner.burst_tokens(run)):
             if req.finished:  # stopped inside the burst before, or aborted: nothing of this one counts
                 continue
@@ -208,8 +213,12 @@ class EngineCore:
                 self._append(req, tok, None)
                 if req.finished:
                     break
-            if req.finished:
-                continue
+            if not req.finished:
+                live.append(req)
+        if nxt is not None and len(live) < len(run.reqs):
+            self._in_flight = nxt = None
+            self.counters.burst_dropped += 1
+        for req in live:
             if nxt is None:
                 self.scheduler.commit(req)
             else:  # publish the confirmed blocks, but keep the ones the chained burst is writing

@@ -105,7 +105,8 @@ class Engine:
         self.core = EngineCore(self.scheduler, self.runner, self.blocks, loaded.eos_token_ids,
                                self.max_model_len, cfg.vocab_size)
         self.core.burst = self._burst_steps(config)
-        self.core.burst_pipeline = config.burst_pipeline and os.environ.get("AUGURY_BURST_PIPELINE", "1") != "0"
+        pipeline = config.burst_pipeline if config.burst_pipeline is not None else loaded.device.type == "cuda"
+        self.core.burst_pipeline = pipeline and os.environ.get("AUGURY_BURST_PIPELINE", "1") != "0"
         self.drafters = build_drafters(self, config)
         # RAM budget + SSD tier; wraps drafters with own pools so their KV is cached too
         self.prefix_cache = attach_prefix_cache(self, self.cache_namespace)
@@ -329,6 +330,7 @@ class Engine:
             "steps": c.steps,
             "burst_steps": c.burst_steps,
             "burst_chained": c.burst_chained,
+            "burst_dropped": c.burst_dropped,
             "spec_drafted_total": self.core.spec.totals["drafted"] if self.core.spec else 0,
             "spec_accepted_total": self.core.spec.totals["accepted"] if self.core.spec else 0,
             "spec_rounds_total": self.core.spec.totals["rounds"] if self.core.spec else 0,

@@ -18,8 +18,10 @@ kernel:
 - epilogue `residual`: y + r (the residual stream).
 Rounding follows the unfused ops step by step (the normalised x is rounded to the
 activation dtype before the weight multiplies it, SiLU's output before the product with
-`up`, the projection's output before the residual add), so the fused layer differs from
-the unfused one only in the order of the fp32 sums inside the product.
+`up`, the projection's output before the residual add). The fused layer differs from the
+unfused one in the order of the fp32 sums inside the product, and by a few fp32 ulps in
+the norm's 1/sqrt and SiLU's exp (Triton's fast versions), which can move a rounding of
+the normalised input by one bf16 step now and then.
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
@@ -29,6 +31,7 @@ under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -118,11 +121,13 @@ def _gemv_kernel(
     tl.store(y_ptr + rows, y, mask=n_ok)
 
 
+@functools.lru_cache(maxsize=8)
 def pdl_enabled(device: torch.device) -> bool:
-    """Programmatic dependent launch (Hopper and newer, compiled kernels only):
-    AUGURY_GEMV_PDL=0 turns it off."""
-    return (device.type == "cuda" and os.environ.get("AUGURY_GEMV_PDL", "1") != "0"
-            and os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.get_device_capability(device)[0] >= 9)
+    """Programmatic dependent launch: NVIDIA Hopper or newer, a Triton that has it (3.3+), compiled
+    kernels only; AUGURY_GEMV_PDL=0 turns it off. Decided once per device."""
+    return (device.type == "cuda" and torch.version.hip is None
+            and os.environ.get("AUGURY_GEMV_PDL", "1") != "0" and os.environ.get("TRITON_INTERPRET") != "1"
+            and hasattr(tl.extra.cuda, "gdc_wait") and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,

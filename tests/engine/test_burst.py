@@ -32,8 +32,8 @@ BURST = 5
 
 @pytest.fixture(scope="module")
 def engines(model_dir):
-    """Bursts off, pipelined bursts (the default), bursts one at a time."""
-    es = (_engine(model_dir, decode_burst=0), _engine(model_dir, decode_burst=BURST),
+    """Bursts off, pipelined bursts (the default on CUDA; forced here), bursts one at a time."""
+    es = (_engine(model_dir, decode_burst=0), _engine(model_dir, decode_burst=BURST, burst_pipeline=True),
           _engine(model_dir, decode_burst=BURST, burst_pipeline=False))
     yield es
     for e in es:
@@ -123,9 +123,12 @@ def test_a_stop_in_a_batch_while_a_burst_is_in_flight(engines):
               SamplingParams(max_tokens=19, temperature=0.0, ignore_eos=True), free]
     want = [r.token_ids for r in plain.generate_batch(ps, params)]
     assert want[1] == full[: s + 1]
-    before = burst.stats()["burst_chained"]
+    before, dropped = burst.stats()["burst_chained"], burst.stats()["burst_dropped"]
     assert [r.token_ids for r in burst.generate_batch(ps, params)] == want
     assert burst.stats()["burst_chained"] > before
+    # the burst chained behind the stop held the stopped request in its batch: dropped whole, so the
+    # others' tokens all come from batches an unchained engine runs too
+    assert burst.stats()["burst_dropped"] > dropped
     assert _pool_clean(burst)
 
 
@@ -253,7 +256,7 @@ def test_prefix_cache_after_chained_bursts(engines):
 
 def test_the_environment_turns_chaining_off(model_dir, monkeypatch):
     monkeypatch.setenv("AUGURY_BURST_PIPELINE", "0")
-    e = _engine(model_dir, decode_burst=BURST)
+    e = _engine(model_dir, decode_burst=BURST, burst_pipeline=True)
     try:
         assert not e.core.burst_pipeline
         e.generate(_prompts(1)[0], SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True))
