@@ -39,6 +39,8 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias, device=device, dtype=dtype)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias, device=device, dtype=dtype)
         self.act = activation(act)
+        # canonical name of the activation (native CPU layer: layers/cpu_decode.py)
+        self.act_name = "gelu_tanh" if act in ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new") else act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from augury.config import ModelConfig
+from augury.layers import cpu_decode
 from augury.layers.attention import GroupAttnMeta
 from augury.layers.mlp import GatedMLP
 from augury.layers.norm import RMSNorm
@@ -37,6 +38,8 @@ class Gemma3DecoderLayer(nn.Module):
         v_pool: torch.Tensor,
     ) -> torch.Tensor:
         """h [T, hidden] -> [T, hidden]."""
+        if cpu_decode.eligible(self, h, gmeta, k_pool):  # few-row eager CPU steps: the same ops in one call
+            return cpu_decode.layer_rows(self, h, rope, gmeta, k_pool, v_pool)
         a = self.self_attn(self.input_layernorm(h), rope, gmeta, k_pool, v_pool)
         h = h + self.post_attention_layernorm(a)
         m = self.mlp(self.pre_feedforward_layernorm(h))

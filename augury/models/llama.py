@@ -36,7 +36,7 @@ class LlamaDecoderLayer(nn.Module):
         if h.shape[0] == 1 and fused_decode.eligible(self, h):  # batch-1 GPU decode: four fused products
             return fused_decode.llama_layer(self, h, rope, gmeta, k_pool, v_pool)
         if cpu_decode.eligible(self, h, gmeta, k_pool):  # few-row eager CPU steps: the same ops in one call
-            return cpu_decode.llama_layer(self, h, rope, gmeta, k_pool, v_pool)
+            return cpu_decode.layer_rows(self, h, rope, gmeta, k_pool, v_pool)
         h = h + self.self_attn(self.input_layernorm(h), rope, gmeta, k_pool, v_pool)
         return h + self.mlp(self.post_attention_layernorm(h))
 

@@ -1,4 +1,4 @@
-"""The one-call native CPU layer (augury_cpu::llama_layer_rows) gives bitwise the modules' own eager forward."""
+"""The one-call native CPU layer (augury_cpu::decoder_layer_rows) gives bitwise the modules' own eager forward."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from augury.engine.types import SamplingParams
 from augury.layers import cpu_decode
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_llama_dir, native):
-    e = Engine.from_model(str(tiny_llama_dir), device="cpu", dtype="float32", weights="int4", progress=False,
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3_text"])
+def engine(request, tmp_path_factory, native):
+    """Int4 engines of the three layer shapes the native call covers: pre-norm with SiLU, with a q/k
+    norm, and Gemma 3's sandwich norms ((1 + w) scaling, GELU-tanh, sliding-window layers)."""
+    from tests.conftest import make_tiny_hf_model
+
+    path = make_tiny_hf_model(tmp_path_factory.mktemp(f"layer_{request.param}"), request.param)
+    e = Engine.from_model(str(path), device="cpu", dtype="float32", weights="int4", progress=False,
                           kv_budget="4MiB", enable_prefix_caching=False)
     yield e
     e.shutdown()
@@ -26,18 +31,18 @@ def _prompts(n):
 def _run(engine, force, prompts, params, calls):
     """Outputs with the path forced on/off, counting how often the native layer ran."""
     cpu_decode.FORCE = force
-    real = cpu_decode.llama_layer
+    real = cpu_decode.layer_rows
 
     def counted(*a, **k):
         calls[force] = calls.get(force, 0) + 1
         return real(*a, **k)
 
-    cpu_decode.llama_layer = counted
+    cpu_decode.layer_rows = counted
     try:
         return [r.token_ids for r in engine.generate_batch(prompts, params)]
     finally:
         cpu_decode.FORCE = None
-        cpu_decode.llama_layer = real
+        cpu_decode.layer_rows = real
 
 
 def test_decode_and_batches_are_bitwise_the_modules(engine):
