@@ -16,12 +16,14 @@ emitting them, scheduling, filling the next inputs) leaves the GPU idle. So whil
 the running set stays the burst's, the next burst is launched before the one in
 flight is waited for: its first input is that burst's last argmax row, taken on the
 device, and its positions run on from there (`chain_length`, EngineCore._burst).
-The host then emits burst k while the GPU computes burst k+1. A request that stops
-in burst k drops its tokens of burst k+1 too; the others keep theirs (computed from
-the right inputs). KV that burst k+1 writes past a stopped request's end lies in
-blocks past its confirmed tokens: never published, released after, and any reuse
-of them is ordered after burst k+1 on the stream. `AUGURY_BURST_PIPELINE=0` (or
-EngineConfig.burst_pipeline = False) turns chaining off. On the H200, random Llama-3-8B
+The host then emits burst k while the GPU computes burst k+1. When a request stops
+(or is aborted) in burst k, burst k+1 is dropped whole: it computed the others in a
+batch that still held the stopped request, which an unchained engine would not run
+(on a GPU the batch size picks the kernels). The KV it wrote lies past every
+request's confirmed tokens: never published, trimmed or released after, and any
+reuse of it is ordered after burst k+1 on the stream. Chaining is on by default on
+CUDA only (elsewhere launches are synchronous); `AUGURY_BURST_PIPELINE=0` (or
+EngineConfig.burst_pipeline = False) turns it off. On the H200, random Llama-3-8B
 bf16 weights, eager, 1024-token prompts: B=1 202 -> 209 tok/s, B=8 1184 -> 1233 (the same tokens).
 
 Eligible requests: greedy, no logprobs, no logit bias, no penalties, no grammar,
@@ -83,8 +85,8 @@ def chain_length(reqs: list[Request], running: list[Request], in_flight: int, ma
     Only while nothing waits for admission, the running set is still exactly the burst's
     (nothing joined, finished, was aborted or preempted) and every request is eligible; its
     tokens count as produced, so the pair never goes past a max_tokens or the context. A
-    stop inside the burst in flight cannot be known yet: the chained tokens after it are
-    dropped, as a burst drops the tokens after a stop inside it."""
+    stop inside the burst in flight cannot be known yet: EngineCore drops the chained burst
+    whole when one happens."""
     if max_steps < 2 or not queue_empty or len(running) != len(reqs):
         return 0
     ids = {id(r) for r in reqs}
