@@ -11,10 +11,11 @@ batches); everything else, and torch.compile traces, take the modules. `AUGURY_C
 
 from __future__ import annotations
 
+import math
 import os
+import weakref
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from augury.cpu_kernels import attention as native_attn
@@ -27,12 +28,12 @@ _ENV_ON = os.environ.get("AUGURY_CPU_LAYER", "1") != "0"
 FORCE: bool | None = None  # tests: False turns the path off
 
 
-def _int4(lin: nn.Module, rows: int) -> bool:
-    return (isinstance(lin, Int4Linear) and lin._native and lin._plain and lin.packed.device.type == "cpu"
-            and (lin.dense_weight is None or rows < lin.dense_min_rows))
+# per layer, the most rows its modules let the native call take (0: never); see _rows_allowed
+_ALLOWED: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
+_ACT = {"silu": 0, "gelu_tanh": 1}  # decoder_layer.cpp's activation codes
 
 
-def _norms(layer: nn.Module) -> tuple[list, list]:
+def _norms(layer: nn.Module) -> tuple[list, nn.Module | None]:
     """(norm_in, norm_mlp, norm_attn_out, norm_mlp_out) of a Llama-style or Gemma 3 layer, and the
     q/k norm (None when absent)."""
     if hasattr(layer, "pre_feedforward_layernorm"):  # Gemma 3: sandwich norms
@@ -40,13 +41,35 @@ def _norms(layer: nn.Module) -> tuple[list, list]:
                  layer.post_feedforward_layernorm]
     else:
         outer = [layer.input_layernorm, layer.post_attention_layernorm, None, None]
-    return outer, [layer.self_attn.qk_norm]
+    return outer, layer.self_attn.qk_norm
 
 
-def _act(mlp: nn.Module) -> int | None:
-    if mlp.act is F.silu:
+def _rows_allowed(layer: nn.Module) -> float:
+    """From the layer's module types alone: 0 when the native call cannot run it, else the row count
+    from which an int4 module's dense copy (prefill) takes over. Decided once per layer: eligibility
+    runs per layer per step, and the model does not change after loading (Int4Linear repacks only on
+    a device move, which the per-step device check catches)."""
+    got = _ALLOWED.get(layer)
+    if got is None:
+        got = _ALLOWED[layer] = _structure(layer)
+    return got
+
+
+def _structure(layer: nn.Module) -> float:
+    attn, mlp = layer.self_attn, layer.mlp
+    lins = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+    outer, qk = _norms(layer)
+    norms = [n for n in outer + [qk] if n is not None]
+    ok = (hasattr(torch.ops.augury_cpu, "decoder_layer_rows") and attn.softcap is None
+          and all(isinstance(m, Int4Linear) and m._native and m._plain and m.packed.device.type == "cpu"
+                  for m in lins)
+          and len({m.group_size for m in lins}) == 1
+          and all(isinstance(n, RMSNorm) for n in norms) and len({n.gemma_style for n in norms}) == 1
+          and len({n.eps for n in norms}) == 1 and all(n.weight.dim() == 1 for n in outer if n is not None)
+          and mlp.act_name in _ACT)
+    if not ok:
         return 0
-    return 1 if getattr(mlp, "act_name", None) == "gelu_tanh" else None
+    return min((m.dense_min_rows for m in lins if m.dense_weight is not None), default=math.inf)
 
 
 def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
@@ -54,20 +77,8 @@ def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
         return False
     if h.device.type != "cpu" or h.dim() != 2 or torch.compiler.is_compiling() or not load():
         return False
-    if not hasattr(torch.ops.augury_cpu, "decoder_layer_rows"):
-        return False
-    attn, mlp = layer.self_attn, layer.mlp
-    T = h.shape[0]
-    lins = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    outer, (qk,) = _norms(layer)
-    norms = [n for n in outer + [qk] if n is not None]
-    gemma = {n.gemma_style for n in norms}
-    return (attn.softcap is None and all(_int4(m, T) for m in lins) and len({m.group_size for m in lins}) == 1
-            and all(isinstance(n, RMSNorm) for n in norms) and len(gemma) == 1
-            and len({n.eps for n in norms}) == 1 and all(n.weight.dim() == 1 for n in outer if n is not None)
-            and _act(mlp) is not None
-            and attn_mod.native_cpu_attention() and native_attn.supports(h, k_pool)
-            and gmeta.max_q <= attn_mod.MAX_ROWS_WINDOW)
+    return (h.shape[0] < _rows_allowed(layer) and gmeta.max_q <= attn_mod.MAX_ROWS_WINDOW
+            and attn_mod.native_cpu_attention() and native_attn.supports(h, k_pool))
 
 
 def layer_rows(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
@@ -77,12 +88,12 @@ def layer_rows(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -
     if plan is None:
         plan = native_attn.make_plan(gmeta.mask, gmeta.out_index, gmeta.dense, attn.num_heads, attn.head_dim)
         gmeta._native_plan = plan
-    (n_in, n_mlp, n_attn_out, n_mlp_out), (qk,) = _norms(layer)
+    (n_in, n_mlp, n_attn_out, n_mlp_out), qk = _norms(layer)
     w = [None if n is None else n.weight for n in (n_attn_out, n_mlp_out, qk)]
     qkv, o, gu, down = attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj
     cos, sin = rope
     return torch.ops.augury_cpu.decoder_layer_rows(
-        h, n_in.weight, n_mlp.weight, w[0], w[1], w[2], n_in.eps, n_in.gemma_style, _act(mlp),
+        h, n_in.weight, n_mlp.weight, w[0], w[1], w[2], n_in.eps, n_in.gemma_style, _ACT[mlp.act_name],
         qkv.packed, qkv.native_scales, o.packed, o.native_scales, gu.packed, gu.native_scales,
         down.packed, down.native_scales, qkv.group_size, cos, sin, k_pool, v_pool, gmeta.slot_mapping,
         gmeta.gather_slots, plan.rows, attn.scale, plan.parallel, attn.num_heads, attn.num_kv_heads, attn.head_dim)

@@ -19,7 +19,6 @@ import functools
 import os
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from augury.layers.norm import RMSNorm
@@ -65,7 +64,7 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
             and _plain(attn.qkv_proj, h.dtype) and _plain(attn.o_proj, h.dtype)
             and _plain(mlp.gate_up_proj, h.dtype) and _plain(mlp.down_proj, h.dtype)
             and _llama_norm(layer.input_layernorm) and _llama_norm(layer.post_attention_layernorm)
-            and mlp.act is F.silu)
+            and mlp.act_name == "silu")
 
 
 def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:

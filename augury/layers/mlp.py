@@ -11,15 +11,25 @@ from torch import nn
 from augury.config import ConfigError
 
 
+_CANONICAL = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
+              "gelu_new": "gelu_tanh", "gelu": "gelu"}
+
+
+def canonical_activation(name: str) -> str:
+    """HF `hidden_act` name -> "silu" | "gelu_tanh" | "gelu"."""
+    if name not in _CANONICAL:
+        raise ConfigError(f"hidden activation {name!r} is not supported; supported: silu, gelu, gelu_pytorch_tanh")
+    return _CANONICAL[name]
+
+
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """HF `hidden_act` name -> function."""
-    if name in ("silu", "swish"):
+    kind = canonical_activation(name)
+    if kind == "silu":
         return F.silu
-    if name in ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new"):
+    if kind == "gelu_tanh":
         return lambda x: F.gelu(x, approximate="tanh")
-    if name == "gelu":
-        return F.gelu
-    raise ConfigError(f"hidden activation {name!r} is not supported; supported: silu, gelu, gelu_pytorch_tanh")
+    return F.gelu
 
 
 class GatedMLP(nn.Module):
@@ -39,8 +49,7 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias, device=device, dtype=dtype)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias, device=device, dtype=dtype)
         self.act = activation(act)
-        # canonical name of the activation (native CPU layer: layers/cpu_decode.py)
-        self.act_name = "gelu_tanh" if act in ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new") else act
+        self.act_name = canonical_activation(act)  # what the fused paths dispatch on
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
