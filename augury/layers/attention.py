@@ -317,6 +317,19 @@ def paged_attention(
         return encoded_paged_attention(q, k, v, k_pool, v_pool, gmeta, scale, softcap)
     k_pool.index_copy_(0, gmeta.slot_mapping, k.to(k_pool.dtype))
     v_pool.index_copy_(0, gmeta.slot_mapping, v.to(v_pool.dtype))
+    return attend_written(q, k_pool, v_pool, gmeta, scale, softcap)
+
+
+def attend_written(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    gmeta: GroupAttnMeta,
+    scale: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """`paged_attention` over plain pools that already hold this step's K/V (the fused GPU
+    decode layer writes them in its qkv kernel): q [T, H, D] -> [T, H, D]."""
     if q.is_cuda and (kernels := _paged_kernel()) is not None:
         # decode and verify segments read the pool in place (no gathered K/V copy); wide
         # segments (prefill chunks) keep gather + SDPA inside attend_paged. Under

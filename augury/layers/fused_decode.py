@@ -67,14 +67,37 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
             and mlp.act_name == "silu")
 
 
+def _rope_kv_fusable(attn: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> bool:
+    """Whether the qkv kernel can also apply rope and write this token's K/V: plain pools in the
+    activation dtype (encoded or several-class stores encode on write), no q/k norm, full-width
+    rope rows in the activation dtype, head_dim in whole 8-row blocks."""
+    cos, sin = rope
+    D = attn.head_dim
+    pools_ok = all(isinstance(p, torch.Tensor) and p.dim() == 3 and p.dtype == h.dtype and p.stride(-1) == 1
+                   for p in (k_pool, v_pool))
+    return (pools_ok and attn.qk_norm is None and D % 8 == 0 and getattr(gmeta, "write_split", None) is None
+            and getattr(gmeta, "codec_parts", None) is None
+            and cos.shape[-1] == D and cos.numel() == D and sin.numel() == D
+            and cos.dtype == h.dtype and sin.dtype == h.dtype)
+
+
 def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
     """One pre-norm layer on h [1, hidden] -> [1, hidden]; `eligible(layer, h)` must hold."""
-    from augury.layers.triton_gemv import fused_gemv
+    from augury.layers.attention import attend_written
+    from augury.layers.triton_gemv import fused_gemv, fused_qkv_rope_kv
 
     attn, mlp = layer.self_attn, layer.mlp
     n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
-    qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
-    o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
+    if _rope_kv_fusable(attn, h, rope, gmeta, k_pool, v_pool):
+        # qkv + rope + the K/V write in one kernel, then attention over the pools
+        H, D = attn.num_heads, attn.head_dim
+        q = fused_qkv_rope_kv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps, cos=rope[0],
+                              sin=rope[1], k_pool=k_pool, v_pool=v_pool, slot=gmeta.slot_mapping,
+                              num_heads=H, num_kv_heads=attn.num_kv_heads)
+        o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap).reshape(1, H * D)
+    else:
+        qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
+        o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
     h = fused_gemv(o, attn.o_proj.weight, residual=h)
     gu = fused_gemv(h, mlp.gate_up_proj.weight, norm_weight=n2.weight, eps=n2.eps)
     return fused_gemv(gu, mlp.down_proj.weight, silu_mul=True, residual=h)

@@ -31,13 +31,14 @@ under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from augury.layers.triton_pdl import pdl_enabled
 
 PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -68,11 +69,21 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
 def _gemv_kernel(
     x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
-    PRO: tl.constexpr, RESIDUAL: tl.constexpr,
+    cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
+    PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    if ROPE_KV:
+        # rows in rope pairs: entry 2i is row j0 + i of a head, entry 2i + 1 its partner j0 + i + D/2,
+        # so the epilogue has both halves of every rotation it writes
+        per_head = HALF // (BLOCK_N // 2)
+        head = pid // per_head
+        j0 = (pid % per_head) * (BLOCK_N // 2)
+        i = tl.arange(0, BLOCK_N)
+        rows = head * (2 * HALF) + (i % 2) * HALF + j0 + i // 2
+    else:
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rows < N
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
     offs_k = tl.arange(0, BLOCK_K)
@@ -116,18 +127,46 @@ def _gemv_kernel(
         acc += w.to(tl.float32) * xv[None, :]
         w = w_next
     y = tl.sum(acc, axis=1).to(dt)
-    if RESIDUAL:
-        y = (y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)).to(dt)
-    tl.store(y_ptr + rows, y, mask=n_ok)
+    if ROPE_KV:
+        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
+                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+    else:
+        if RESIDUAL:
+            y = (y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)).to(dt)
+        tl.store(y_ptr + rows, y, mask=n_ok)
 
 
-@functools.lru_cache(maxsize=8)
-def pdl_enabled(device: torch.device) -> bool:
-    """Programmatic dependent launch: NVIDIA Hopper or newer, a Triton that has it (3.3+), compiled
-    kernels only; AUGURY_GEMV_PDL=0 turns it off. Decided once per device."""
-    return (device.type == "cuda" and torch.version.hip is None
-            and os.environ.get("AUGURY_GEMV_PDL", "1") != "0" and os.environ.get("TRITON_INTERPRET") != "1"
-            and hasattr(tl.extra.cuda, "gdc_wait") and torch.cuda.get_device_capability(device)[0] >= 9)
+@triton.jit
+def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
+                      s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
+    """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
+    q heads: rotated into q_ptr [H * D]; k heads: rotated into the K pool row of this step's
+    slot; v heads: into the V pool as they are. The rotation is `apply_rope`'s
+    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it."""
+    dt = q_ptr.dtype.element_ty
+    a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
+    a32, b32 = a.to(tl.float32), b.to(tl.float32)
+    d = j0 + tl.arange(0, P)
+    c_lo = tl.load(cos_ptr + d).to(tl.float32)
+    c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
+    s_lo = tl.load(sin_ptr + d).to(tl.float32)
+    s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
+    r_lo = ((a32 * c_lo).to(dt).to(tl.float32) + (b32 * s_lo).to(dt).to(tl.float32)).to(dt)
+    r_hi = ((b32 * c_hi).to(dt).to(tl.float32) + (a32 * s_hi).to(dt).to(tl.float32)).to(dt)
+    slot = tl.load(slot_ptr).to(tl.int64)
+    hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
+    is_q = hv < n_q
+    is_k = (hv >= n_q) & (hv < n_qk)
+    is_v = hv >= n_qk
+    q_dst = q_ptr + head * (2 * HALF) + d
+    tl.store(q_dst, r_lo, mask=is_q)
+    tl.store(q_dst + HALF, r_hi, mask=is_q)
+    k_dst = kp_ptr + slot * s_kslot + (head - n_q) * s_kh + d
+    tl.store(k_dst, r_lo.to(kp_ptr.dtype.element_ty), mask=is_k)
+    tl.store(k_dst + HALF, r_hi.to(kp_ptr.dtype.element_ty), mask=is_k)
+    v_dst = vp_ptr + slot * s_vslot + (head - n_qk) * s_vh + d
+    tl.store(v_dst, a.to(vp_ptr.dtype.element_ty), mask=is_v)
+    tl.store(v_dst + HALF, b.to(vp_ptr.dtype.element_ty), mask=is_v)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -154,10 +193,73 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     extra = {"launch_pdl": True} if pdl else {}
     _gemv_kernel[(triton.cdiv(N, cfg.block_n),)](
         x, g, w, r, y, N, K, w.stride(0), float(eps), float(K),
-        PRO=pro, RESIDUAL=residual is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        x, x, x, x, x, 0, 0, 0, 0, 0, 0,
+        PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return y
+
+
+def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
+                cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                slot: torch.Tensor, num_heads: int, num_kv_heads: int,
+                cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+    """The qkv projection of one token with everything up to attention in its epilogue:
+    x [1, hidden] -> q [1, H * D], rope applied; this token's K (rope applied) and V are written
+    into row `slot[0]` of k_pool / v_pool [num_slots, Hkv, D] (what `paged_attention` does with
+    index_copy_ before it reads the pools). w is the fused [q; k; v] weight [(H + 2 Hkv) D, hidden];
+    the input norm is the prologue, as for `gemv(norm_weight=...)`. cos / sin_signed: this
+    position's rope rows [D] (`RotaryEmbedding`), in x's dtype."""
+    N, K = w.shape
+    heads = num_heads + 2 * num_kv_heads
+    D = N // heads
+    cfg = cfg or default_config(N, K)
+    if N != heads * D or D % cfg.block_n or cfg.block_n % 2:
+        raise ValueError(f"qkv_rope_kv: weight rows {N} are not {heads} heads of a head_dim that splits "
+                         f"into {cfg.block_n}-row blocks")
+    if x.shape[-1] != K or cos.numel() != D or sin.numel() != D:
+        raise ValueError("qkv_rope_kv: x, cos or sin does not match the weight")
+    for pool in (k_pool, v_pool):
+        if pool.dim() != 3 or pool.shape[1:] != (num_kv_heads, D) or pool.stride(-1) != 1:
+            raise ValueError(f"qkv_rope_kv: pools must be [slots, {num_kv_heads}, {D}] with unit stride")
+    x = x.contiguous()
+    q = torch.empty((1, num_heads * D), dtype=x.dtype, device=x.device)
+    pdl = pdl_enabled(x.device) if pdl is None else pdl
+    extra = {"launch_pdl": True} if pdl else {}
+    _gemv_kernel[(N // cfg.block_n,)](
+        x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
+        cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot,
+        k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads,
+        PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+    )
+    return q
+
+
+@torch.library.custom_op(
+    "augury::qkv_rope_kv", mutates_args=("k_pool", "v_pool"),
+    schema="(Tensor x, Tensor w, Tensor norm_weight, float eps, Tensor cos, Tensor sin, Tensor(a!) k_pool, "
+           "Tensor(b!) v_pool, Tensor slot, int num_heads, int num_kv_heads) -> Tensor")
+def qkv_rope_kv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor, eps: float, cos: torch.Tensor,
+                   sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slot: torch.Tensor,
+                   num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
+                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads)
+
+
+@qkv_rope_kv_op.register_fake
+def _(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads):
+    return x.new_empty((1, num_heads * (w.shape[0] // (num_heads + 2 * num_kv_heads))))
+
+
+def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
+                      cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                      slot: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """`qkv_rope_kv`, through the custom op while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return qkv_rope_kv_op(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads)
+    return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
+                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads)
 
 
 # One opaque node for torch.compile (dynamo cannot trace Triton's launcher); eager calls go

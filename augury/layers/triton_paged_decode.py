@@ -39,6 +39,7 @@ import triton.language as tl
 from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exported for the benchmarks)
     arrive_last, merge_chunk, merge_partials, merge_splits_kernel, num_splits_for, partials, release_counter,
     sm_count, split_counters, split_plan, splits_for_sms)
+from augury.layers.triton_pdl import pdl_enabled
 
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -72,8 +73,11 @@ def _paged_decode_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:  # launched early behind the qkv kernel: q and this step's K/V row are its output
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
     b = tl.program_id(0)
     h = tl.program_id(1)
     sp = tl.program_id(2)
@@ -264,6 +268,7 @@ def paged_decode_attention(
     counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
+    pdl = pdl_enabled(q.device)
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
@@ -274,8 +279,8 @@ def paged_decode_attention(
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
-        PREFETCH=cfg.prefetch if prefetch is None else prefetch,
-        num_warps=num_warps, num_stages=num_stages or cfg.num_stages,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl,
+        num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if S > 1 and not merged_here:
         merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),

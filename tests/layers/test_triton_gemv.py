@@ -15,7 +15,7 @@ CPU, FRESH = interpreter()
 
 from augury.layers import fused_decode  # noqa: E402
 from augury.layers.norm import RMSNorm  # noqa: E402
-from augury.layers.triton_gemv import GemvConfig, gemv, supported  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv, supported  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
 cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
@@ -165,8 +165,78 @@ def test_compiled_step_calls_the_fused_op_and_equals_eager():
     finally:
         fused_decode.FORCE = None
         torch._dynamo.reset()
-    assert sum("augury.gemv" in s for s in seen) == 8  # 2 layers x 4 products
+    assert sum("augury.gemv" in s for s in seen) == 6  # 2 layers x 3 products ...
+    assert sum("augury.qkv_rope_kv" in s for s in seen) == 2  # ... + qkv with rope and the K/V write
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qkv_rope_kv_equals_the_product_rope_and_pool_write(dtype):
+    """The qkv kernel's epilogue is bitwise `apply_rope` and the pool writes of `paged_attention`
+    over the same kernel's product (the same sums: only the row order inside a block differs)."""
+    from augury.config import RopeConfig
+    from augury.layers.rope import RotaryEmbedding, apply_rope
+
+    H, Hkv, D, hidden = 4, 2, 16, 64
+    x, w = _rand(1, hidden, seed=20, dtype=dtype, scale=2.0), _rand((H + 2 * Hkv) * D, hidden, seed=21, dtype=dtype)
+    g = _rand(hidden, seed=22, dtype=dtype)
+    cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([37], device=DEV))
+    k_pool, v_pool = (torch.full((10, Hkv, D), 7.0, device=DEV, dtype=dtype) for _ in range(2))
+    k_ref, v_ref = k_pool.clone(), v_pool.clone()
+    slot = torch.tensor([6], device=DEV)
+    q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool, slot=slot,
+                    num_heads=H, num_kv_heads=Hkv, cfg=SMALL)
+    qkv = gemv(x, w, norm_weight=g, eps=1e-5, cfg=SMALL).view(1, H + 2 * Hkv, D)
+    qk = apply_rope(qkv[:, : H + Hkv], cos, sin)
+    k_ref.index_copy_(0, slot, qk[:, H:])
+    v_ref.index_copy_(0, slot, qkv[:, H + Hkv:])
+    assert q.shape == (1, H * D)
+    assert torch.equal(v_pool, v_ref)  # the slot, and nothing else
+    if CPU and dtype == torch.bfloat16:
+        # the interpreter rounds fp32 -> bf16 toward zero (compiled Triton and torch round to nearest
+        # even), so its rope differs from torch's by up to a bf16 step per rounding
+        _close(q.view(1, H, D), qk[:, :H], dtype)
+        _close(k_pool[6], k_ref[6], dtype)
+        assert torch.equal(k_pool[:6], k_ref[:6]) and torch.equal(k_pool[7:], k_ref[7:])
+    else:
+        assert torch.equal(q.view(1, H, D), qk[:, :H])
+        assert torch.equal(k_pool, k_ref)
+
+
+@here
+def test_pool_writes_survive_functionalization():
+    """Under torch.compile the op mutates the pools (auto-functionalized): the compiled step
+    leaves the same pools as the eager one."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    m = _tiny_llama(torch.float32)
+    pools = {"k": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)],
+             "v": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)]}
+
+    class View:
+        k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
+
+    pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    tok = torch.tensor([31], device=DEV)
+    fused_decode.FORCE = True
+    try:
+        with torch.no_grad():
+            m(torch.tensor([5, 17, 3, 40, 22, 9], device=DEV), pre.positions, pre, View)
+            want = m(tok, step.positions, step, View)
+            want_pools = [p.clone() for p in pools["k"] + pools["v"]]
+            for p in pools["k"] + pools["v"]:
+                p[6].zero_()  # the step's slot (position 6 of block 1 at block size 8 -> slot 14)
+                p[14].zero_()
+            torch._dynamo.reset()
+            got = torch.compile(m, fullgraph=True, backend="aot_eager")(tok, step.positions, step, View)
+    finally:
+        fused_decode.FORCE = None
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    for p, w in zip(pools["k"] + pools["v"], want_pools):
+        assert torch.equal(p, w)
 
 
 @here
