@@ -16,12 +16,17 @@ kernel:
 - prologue `silu_mul`: x = [gate; up] from the fused gate/up projection, and the
   product reads silu(gate) * up;
 - epilogue `residual`: y + r (the residual stream).
+- epilogue `rope_kv` (`qkv_rope_kv`): the qkv projection applies rope to q and k and writes
+  this token's K and V straight into the paged pools (what sits between the projection and
+  attention: three small kernels otherwise).
 Rounding follows the unfused ops step by step (the normalised x is rounded to the
 activation dtype before the weight multiplies it, SiLU's output before the product with
-`up`, the projection's output before the residual add). The fused layer differs from the
-unfused one in the order of the fp32 sums inside the product, and by a few fp32 ulps in
-the norm's 1/sqrt and SiLU's exp (Triton's fast versions), which can move a rounding of
-the normalised input by one bf16 step now and then.
+`up`, the projection's output before the residual add, each rope product before their sum),
+through `_rnd`, which rounds explicitly (a cast round trip can be folded away by the
+compiler). The fused layer differs from the unfused one in the order of the fp32 sums
+inside the product, and by a few fp32 ulps in the norm's 1/sqrt and SiLU's exp (Triton's
+fast versions), which can move a rounding of the normalised input by one bf16 step now
+and then.
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
@@ -63,6 +68,20 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
     on_device = x.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
     return (on_device and x.dim() == 2 and x.shape[0] == 1 and w.dim() == 2 and w.device == x.device
             and x.dtype in _DTYPES and w.dtype == x.dtype and w.stride(1) == 1)
+
+
+@triton.jit
+def _rnd(x, dt: tl.constexpr):
+    """fp32 x rounded to the dtype `dt` (nearest, ties to even), kept in fp32: the rounding an
+    eager op in `dt` applies. bf16 through integer bit arithmetic: a `.to(bf16).to(fp32)` round
+    trip may be folded away by the compiler (measured on the H200: rope results several bf16 steps
+    off eager's), and the interpreter's cast truncates."""
+    if dt == tl.bfloat16:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(dt).to(tl.float32)
 
 
 @triton.jit
@@ -116,23 +135,23 @@ def _gemv_kernel(
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
-            xv = ((xv * inv).to(dt).to(tl.float32) * gv).to(dt).to(tl.float32)
+            xv = _rnd(_rnd(xv * inv, dt) * gv, dt)
         elif PRO == 2:
             gate = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             up = tl.load(x_ptr + K + k, mask=k_ok, other=0.0).to(tl.float32)
-            act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
-            xv = (act * up).to(dt).to(tl.float32)
+            act = _rnd(gate / (1.0 + tl.exp(-gate)), dt)  # F.silu rounds to the dtype, then * up
+            xv = _rnd(act * up, dt)
         else:
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
         acc += w.to(tl.float32) * xv[None, :]
         w = w_next
-    y = tl.sum(acc, axis=1).to(dt)
+    y = _rnd(tl.sum(acc, axis=1), dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
                           s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
     else:
         if RESIDUAL:
-            y = (y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)).to(dt)
+            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
         tl.store(y_ptr + rows, y, mask=n_ok)
 
 
@@ -151,8 +170,8 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
     c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
     s_lo = tl.load(sin_ptr + d).to(tl.float32)
     s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
-    r_lo = ((a32 * c_lo).to(dt).to(tl.float32) + (b32 * s_lo).to(dt).to(tl.float32)).to(dt)
-    r_hi = ((b32 * c_hi).to(dt).to(tl.float32) + (a32 * s_hi).to(dt).to(tl.float32)).to(dt)
+    r_lo = _rnd(_rnd(a32 * c_lo, dt) + _rnd(b32 * s_lo, dt), dt).to(dt)
+    r_hi = _rnd(_rnd(b32 * c_hi, dt) + _rnd(a32 * s_hi, dt), dt).to(dt)
     slot = tl.load(slot_ptr).to(tl.int64)
     hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
     is_q = hv < n_q
