@@ -25,6 +25,7 @@ from augury.layers.norm import RMSNorm
 
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
+_ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K/V epilogue (A/B measurements)
 
 
 def _on() -> bool:
@@ -75,7 +76,7 @@ def _rope_kv_fusable(attn: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_po
     D = attn.head_dim
     pools_ok = all(isinstance(p, torch.Tensor) and p.dim() == 3 and p.dtype == h.dtype and p.stride(-1) == 1
                    for p in (k_pool, v_pool))
-    return (pools_ok and attn.qk_norm is None and D % 8 == 0 and getattr(gmeta, "write_split", None) is None
+    return (_ROPE_KV_ON and pools_ok and attn.qk_norm is None and D % 8 == 0 and getattr(gmeta, "write_split", None) is None
             and getattr(gmeta, "codec_parts", None) is None
             and cos.shape[-1] == D and cos.numel() == D and sin.numel() == D
             and cos.dtype == h.dtype and sin.dtype == h.dtype)
@@ -98,6 +99,6 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
     else:
         qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
         o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
-    h = fused_gemv(o, attn.o_proj.weight, residual=h)
+    h = fused_gemv(o, attn.o_proj.weight, residual=h, l2_prefetch=True)  # its weights into L2 during attention
     gu = fused_gemv(h, mlp.gate_up_proj.weight, norm_weight=n2.weight, eps=n2.eps)
     return fused_gemv(gu, mlp.down_proj.weight, silu_mul=True, residual=h)

@@ -21,12 +21,14 @@ kernel:
   attention: three small kernels otherwise).
 Rounding follows the unfused ops step by step (the normalised x is rounded to the
 activation dtype before the weight multiplies it, SiLU's output before the product with
-`up`, the projection's output before the residual add, each rope product before their sum),
-through `_rnd`, which rounds explicitly (a cast round trip can be folded away by the
-compiler). The fused layer differs from the unfused one in the order of the fp32 sums
-inside the product, and by a few fp32 ulps in the norm's 1/sqrt and SiLU's exp (Triton's
-fast versions), which can move a rounding of the normalised input by one bf16 step now
-and then.
+`up`, the projection's output before the residual add, each rope product before their sum).
+The epilogues round through `_rnd`, explicitly: a `.to(bf16).to(fp32)` round trip can be
+folded away by the compiler (seen on the H200 in the rope epilogue). The prologues keep the
+cast round trips, since the explicit rounding in the weight loop cost 12% of gate_up's time
+(59.8 -> 66.9 us), so on the GPU they may carry the normalised / activated input at more
+than the dtype's precision. The fused layer also differs from the unfused one in the order
+of the fp32 sums inside the product, and by a few fp32 ulps in the norm's 1/sqrt and SiLU's
+exp (Triton's fast versions).
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
@@ -46,6 +48,7 @@ import triton.language as tl
 from augury.layers.triton_pdl import pdl_enabled
 
 PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
+_L2_PREFETCH_ON = os.environ.get("AUGURY_GEMV_L2_PREFETCH", "1") != "0"
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -91,6 +94,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
+    L2_PREFETCH: tl.constexpr = False, LINE: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -114,6 +118,13 @@ def _gemv_kernel(
         w = tl.load(w_rows + offs_k[None, :])
     else:
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+    if L2_PREFETCH:
+        # the rest of this program's rows (one prefetch per 128-byte line) into L2 while the kernel
+        # before runs: behind attention, which leaves most of the bandwidth idle, the K loop
+        # below then reads its weights from L2
+        offs_l = tl.arange(0, BLOCK_K // LINE) * LINE
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            _prefetch_l2(w_rows + (k0 + offs_l)[None, :])
     if PDL:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
@@ -135,12 +146,12 @@ def _gemv_kernel(
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
-            xv = _rnd(_rnd(xv * inv, dt) * gv, dt)
+            xv = ((xv * inv).to(dt).to(tl.float32) * gv).to(dt).to(tl.float32)
         elif PRO == 2:
             gate = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             up = tl.load(x_ptr + K + k, mask=k_ok, other=0.0).to(tl.float32)
-            act = _rnd(gate / (1.0 + tl.exp(-gate)), dt)  # F.silu rounds to the dtype, then * up
-            xv = _rnd(act * up, dt)
+            act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
+            xv = (act * up).to(dt).to(tl.float32)
         else:
             xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
         acc += w.to(tl.float32) * xv[None, :]
@@ -153,6 +164,13 @@ def _gemv_kernel(
         if RESIDUAL:
             y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
         tl.store(y_ptr + rows, y, mask=n_ok)
+
+
+@triton.jit
+def _prefetch_l2(ptrs):
+    """PTX prefetch of each address's line into L2 (a hint: no value, no fault)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 @triton.jit
@@ -189,13 +207,16 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         silu_mul: bool = False, residual: torch.Tensor | None = None,
+         silu_mul: bool = False, residual: torch.Tensor | None = None, l2_prefetch: bool = False,
          cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
-    residual: [1, N], added to the rounded product."""
+    residual: [1, N], added to the rounded product.
+    l2_prefetch: with PDL, prefetch the whole weight into L2 before waiting on the previous
+    kernel (for a product behind a kernel that leaves bandwidth idle: o_proj behind attention;
+    AUGURY_GEMV_L2_PREFETCH=0 turns it off)."""
     if norm_weight is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
     N, K = w.shape
@@ -210,11 +231,14 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     g = norm_weight.contiguous() if norm_weight is not None else x
     pdl = pdl_enabled(x.device) if pdl is None else pdl
     extra = {"launch_pdl": True} if pdl else {}
+    even_k = K % cfg.block_k == 0
     _gemv_kernel[(triton.cdiv(N, cfg.block_n),)](
         x, g, w, r, y, N, K, w.stride(0), float(eps), float(K),
         x, x, x, x, x, 0, 0, 0, 0, 0, 0,
         PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+        EVEN_K=even_k, PDL=pdl, L2_PREFETCH=l2_prefetch and pdl and even_k and _L2_PREFETCH_ON,
+        LINE=max(1, 128 // w.element_size()),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return y
 
@@ -285,20 +309,24 @@ def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Te
 # straight to `gemv`. Optional tensors are passed as real ones or None.
 @torch.library.custom_op(
     "augury::gemv", mutates_args=(),
-    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual) -> Tensor")
+    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual, "
+           "bool l2_prefetch=False) -> Tensor")
 def gemv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, silu_mul: bool,
-            residual: torch.Tensor | None) -> torch.Tensor:
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)
+            residual: torch.Tensor | None, l2_prefetch: bool = False) -> torch.Tensor:
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
+                l2_prefetch=l2_prefetch)
 
 
 @gemv_op.register_fake
-def _(x, w, norm_weight, eps, silu_mul, residual):
+def _(x, w, norm_weight, eps, silu_mul, residual, l2_prefetch=False):
     return x.new_empty((1, w.shape[0]))
 
 
 def fused_gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None,
+               l2_prefetch: bool = False) -> torch.Tensor:
     """`gemv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return gemv_op(x, w, norm_weight, eps, silu_mul, residual)
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)
+        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, l2_prefetch)
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
+                l2_prefetch=l2_prefetch)
