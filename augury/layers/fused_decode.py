@@ -99,6 +99,6 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
     else:
         qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
         o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
-    h = fused_gemv(o, attn.o_proj.weight, residual=h, l2_prefetch=True)  # its weights into L2 during attention
+    h = fused_gemv(o, attn.o_proj.weight, residual=h)
     gu = fused_gemv(h, mlp.gate_up_proj.weight, norm_weight=n2.weight, eps=n2.eps)
     return fused_gemv(gu, mlp.down_proj.weight, silu_mul=True, residual=h)

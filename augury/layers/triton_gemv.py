@@ -48,7 +48,6 @@ import triton.language as tl
 from augury.layers.triton_pdl import pdl_enabled
 
 PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
-_L2_PREFETCH_ON = os.environ.get("AUGURY_GEMV_L2_PREFETCH", "1") != "0"
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -94,7 +93,6 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    L2_PREFETCH: tl.constexpr = False, LINE: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -118,13 +116,6 @@ def _gemv_kernel(
         w = tl.load(w_rows + offs_k[None, :])
     else:
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    if L2_PREFETCH:
-        # the rest of this program's rows (one prefetch per 128-byte line) into L2 while the kernel
-        # before runs: behind attention, which leaves most of the bandwidth idle, the K loop
-        # below then reads its weights from L2
-        offs_l = tl.arange(0, BLOCK_K // LINE) * LINE
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            _prefetch_l2(w_rows + (k0 + offs_l)[None, :])
     if PDL:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
@@ -167,13 +158,6 @@ def _gemv_kernel(
 
 
 @triton.jit
-def _prefetch_l2(ptrs):
-    """PTX prefetch of each address's line into L2 (a hint: no value, no fault)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
     """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
@@ -207,16 +191,13 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         silu_mul: bool = False, residual: torch.Tensor | None = None, l2_prefetch: bool = False,
+         silu_mul: bool = False, residual: torch.Tensor | None = None,
          cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
-    residual: [1, N], added to the rounded product.
-    l2_prefetch: with PDL, prefetch the whole weight into L2 before waiting on the previous
-    kernel (for a product behind a kernel that leaves bandwidth idle: o_proj behind attention;
-    AUGURY_GEMV_L2_PREFETCH=0 turns it off)."""
+    residual: [1, N], added to the rounded product."""
     if norm_weight is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
     N, K = w.shape
@@ -231,14 +212,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     g = norm_weight.contiguous() if norm_weight is not None else x
     pdl = pdl_enabled(x.device) if pdl is None else pdl
     extra = {"launch_pdl": True} if pdl else {}
-    even_k = K % cfg.block_k == 0
     _gemv_kernel[(triton.cdiv(N, cfg.block_n),)](
         x, g, w, r, y, N, K, w.stride(0), float(eps), float(K),
         x, x, x, x, x, 0, 0, 0, 0, 0, 0,
         PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN_K=even_k, PDL=pdl, L2_PREFETCH=l2_prefetch and pdl and even_k and _L2_PREFETCH_ON,
-        LINE=max(1, 128 // w.element_size()),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return y
 
@@ -309,24 +287,20 @@ def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Te
 # straight to `gemv`. Optional tensors are passed as real ones or None.
 @torch.library.custom_op(
     "augury::gemv", mutates_args=(),
-    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual, "
-           "bool l2_prefetch=False) -> Tensor")
+    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual) -> Tensor")
 def gemv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, silu_mul: bool,
-            residual: torch.Tensor | None, l2_prefetch: bool = False) -> torch.Tensor:
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                l2_prefetch=l2_prefetch)
+            residual: torch.Tensor | None) -> torch.Tensor:
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)
 
 
 @gemv_op.register_fake
-def _(x, w, norm_weight, eps, silu_mul, residual, l2_prefetch=False):
+def _(x, w, norm_weight, eps, silu_mul, residual):
     return x.new_empty((1, w.shape[0]))
 
 
 def fused_gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None,
-               l2_prefetch: bool = False) -> torch.Tensor:
+               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
     """`gemv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, l2_prefetch)
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                l2_prefetch=l2_prefetch)
+        return gemv_op(x, w, norm_weight, eps, silu_mul, residual)
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)

@@ -275,14 +275,6 @@ def test_replays_in_a_cuda_graph():
     torch.testing.assert_close(out, gemv(x, w, norm_weight=nw), atol=0, rtol=0)
 
 
-@cuda_only
-def test_l2_prefetch_changes_nothing_but_timing():
-    """o_proj's L2 prefetch (PDL kernels only) is a hint: the result is bitwise the same."""
-    x, w = _rand(1, 4096, seed=15, dtype=torch.bfloat16), _rand(4096, 4096, seed=16, dtype=torch.bfloat16)
-    r = _rand(1, 4096, seed=17, dtype=torch.bfloat16)
-    assert torch.equal(gemv(x, w, residual=r, l2_prefetch=True), gemv(x, w, residual=r))
-
-
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)
