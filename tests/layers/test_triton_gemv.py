@@ -134,9 +134,9 @@ def test_fused_layer_equals_the_modules(dtype):
     _close(outs[True], outs[False], dtype)
 
 
-@here
-def test_compiled_step_calls_the_fused_op_and_equals_eager():
-    """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
+def _tiny_step():
+    """A tiny fp32 Llama, its paged pools (block size 8, blocks 1 and 2), a 6-token prefill's and
+    a one-token step's metadata: (model, pools, view, prefill meta, step meta, step token)."""
     from augury.layers.attention import SeqSpec, build_attention_metadata
 
     m = _tiny_llama(torch.float32)
@@ -148,7 +148,13 @@ def test_compiled_step_calls_the_fused_op_and_equals_eager():
 
     pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
     step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
-    tok = torch.tensor([31], device=DEV)
+    return m, pools, View, pre, step, torch.tensor([31], device=DEV)
+
+
+@here
+def test_compiled_step_calls_the_fused_op_and_equals_eager():
+    """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
+    m, pools, View, pre, step, tok = _tiny_step()
     seen = []
 
     def backend(gm, example_inputs):
@@ -206,18 +212,7 @@ def test_qkv_rope_kv_equals_the_product_rope_and_pool_write(dtype):
 def test_pool_writes_survive_functionalization():
     """Under torch.compile the op mutates the pools (auto-functionalized): the compiled step
     leaves the same pools as the eager one."""
-    from augury.layers.attention import SeqSpec, build_attention_metadata
-
-    m = _tiny_llama(torch.float32)
-    pools = {"k": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)],
-             "v": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)]}
-
-    class View:
-        k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
-
-    pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
-    step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
-    tok = torch.tensor([31], device=DEV)
+    m, pools, View, pre, step, tok = _tiny_step()
     fused_decode.FORCE = True
     try:
         with torch.no_grad():
@@ -225,8 +220,7 @@ def test_pool_writes_survive_functionalization():
             want = m(tok, step.positions, step, View)
             want_pools = [p.clone() for p in pools["k"] + pools["v"]]
             for p in pools["k"] + pools["v"]:
-                p[6].zero_()  # the step's slot (position 6 of block 1 at block size 8 -> slot 14)
-                p[14].zero_()
+                p[14].zero_()  # the step's slot (position 6 in block 1 at block size 8): written again below
             torch._dynamo.reset()
             got = torch.compile(m, fullgraph=True, backend="aot_eager")(tok, step.positions, step, View)
     finally:
