@@ -22,8 +22,9 @@ kernel:
 Rounding follows the unfused ops step by step (the normalised x is rounded to the
 activation dtype before the weight multiplies it, SiLU's output before the product with
 `up`, the projection's output before the residual add, each rope product before their sum).
-The epilogues round through `_rnd`, explicitly: a `.to(bf16).to(fp32)` round trip can be
-folded away by the compiler (seen on the H200 in the rope epilogue). The prologues keep the
+The epilogues round through `_rnd`, explicitly for bf16 (integer bit arithmetic): a
+`.to(bf16).to(fp32)` round trip can be folded away by the compiler (seen on the H200 in the
+rope epilogue); fp16 keeps the cast round trip. The prologues keep the
 cast round trips, since the explicit rounding in the weight loop cost 12% of gate_up's time
 (59.8 -> 66.9 us), so on the GPU they may carry the normalised / activated input at more
 than the dtype's precision. The fused layer also differs from the unfused one in the order
@@ -81,8 +82,9 @@ def _rnd(x, dt: tl.constexpr):
     if dt == tl.bfloat16:
         bits = x.to(tl.int32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-        return bits.to(tl.float32, bitcast=True)
-    else:
+        # NaN stays NaN (a NaN's low payload bits would carry into the sign or exponent)
+        return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+    else:  # fp32: nothing to round; fp16: the cast round trip (not made explicit)
         return x.to(dt).to(tl.float32)
 
 

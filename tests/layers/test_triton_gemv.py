@@ -15,7 +15,8 @@ CPU, FRESH = interpreter()
 
 from augury.layers import fused_decode  # noqa: E402
 from augury.layers.norm import RMSNorm  # noqa: E402
-from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv, supported  # noqa: E402
+import triton.language as tl  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig, _rnd, gemv, qkv_rope_kv, supported  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
 cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
@@ -188,7 +189,9 @@ def test_qkv_rope_kv_equals_the_product_rope_and_pool_write(dtype):
     x, w = _rand(1, hidden, seed=20, dtype=dtype, scale=2.0), _rand((H + 2 * Hkv) * D, hidden, seed=21, dtype=dtype)
     g = _rand(hidden, seed=22, dtype=dtype)
     cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([37], device=DEV))
-    k_pool, v_pool = (torch.full((10, Hkv, D), 7.0, device=DEV, dtype=dtype) for _ in range(2))
+    # views with different strides (slot and head), so K's strides used for V would show
+    k_pool = torch.full((10, 2, Hkv, D), 7.0, device=DEV, dtype=dtype)[:, 1]
+    v_pool = torch.full((10, Hkv, 3, D), 7.0, device=DEV, dtype=dtype)[:, :, 2]
     k_ref, v_ref = k_pool.clone(), v_pool.clone()
     slot = torch.tensor([6], device=DEV)
     q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool, slot=slot,
@@ -206,6 +209,53 @@ def test_qkv_rope_kv_equals_the_product_rope_and_pool_write(dtype):
     else:  # bf16: every rounding is explicit (triton_gemv._rnd), so bitwise on the GPU and the interpreter
         assert torch.equal(q.view(1, H, D), qk[:, :H])
         assert torch.equal(k_pool[6], k_ref[6])
+
+
+@here
+def test_bf16_rounding_is_torchs():
+    """`_rnd` (the epilogues' explicit fp32 -> bf16 rounding) equals torch's cast, NaN, inf,
+    subnormals and ties included."""
+    import triton
+
+    @triton.jit
+    def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, _rnd(tl.load(x_ptr + i, mask=i < n), tl.bfloat16), mask=i < n)
+
+    special = torch.tensor([0x7FFFFFFF, -1, 0x7F800001, 0x7FC00000, 0x7F800000, -8388608, 0x7F7FFFFF,
+                            0x00000001, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000, 0x3F80FFFF,
+                            -1082064896, 0], dtype=torch.int32).view(torch.float32)
+    g = torch.Generator().manual_seed(7)
+    x = torch.cat([special, torch.randn(1009, generator=g) * 10.0 ** torch.randint(-30, 30, (1009,), generator=g)])
+    y = torch.empty_like(x)
+    k[(1,)](x.to(DEV), y_dev := y.to(DEV), x.numel(), BLOCK=1024)
+    want = x.to(torch.bfloat16).float()
+    got = y_dev.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert torch.equal(got[ok].view(torch.int32), want[ok].view(torch.int32))
+
+
+@here
+def test_rope_kv_epilogue_only_where_it_matches_the_old_path():
+    """The qkv kernel takes rope and the K/V write only over plain pools in the activation dtype,
+    without q/k norm and with full-width rope rows in that dtype; otherwise `attend` does."""
+    from augury.layers.fused_decode import _rope_kv_fusable
+
+    m = _tiny_llama(torch.float32)
+    attn = m.layers[0].self_attn
+    h = torch.zeros(1, 64, device=DEV)
+    D = attn.head_dim
+    rope = (torch.ones(1, 1, D, device=DEV), torch.zeros(1, 1, D, device=DEV))
+    pool = torch.zeros(8, attn.num_kv_heads, D, device=DEV)
+    gm = type("Meta", (), {"write_split": None, "codec_parts": None})()
+    assert _rope_kv_fusable(attn, h, rope, gm, pool, pool)
+    assert not _rope_kv_fusable(attn, h, rope, gm, pool.half(), pool.half())  # another pool dtype
+    assert not _rope_kv_fusable(attn, h, rope, gm, object(), object())  # an encoded store
+    assert not _rope_kv_fusable(attn, h, tuple(t.double() for t in rope), gm, pool, pool)  # rope dtype
+    assert not _rope_kv_fusable(attn, h, tuple(t[..., : D // 2] for t in rope), gm, pool, pool)  # partial
+    attn.qk_norm = RMSNorm((attn.num_heads + attn.num_kv_heads, D), 1e-6, device=DEV)
+    assert not _rope_kv_fusable(attn, h, rope, gm, pool, pool)  # q/k norm (Qwen3)
 
 
 @here
