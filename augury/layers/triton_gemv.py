@@ -212,15 +212,20 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
-    pdl = pdl_enabled(x.device) if pdl is None else pdl
-    extra = {"launch_pdl": True} if pdl else {}
-    _gemv_kernel[(triton.cdiv(N, cfg.block_n),)](
-        x, g, w, r, y, N, K, w.stride(0), float(eps), float(K),
-        x, x, x, x, x, 0, 0, 0, 0, 0, 0,
-        PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
-    )
+    _launch(triton.cdiv(N, cfg.block_n), cfg, pdl, K,
+            (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
+            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
     return y
+
+
+def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tuple, **consts) -> None:
+    """`_gemv_kernel` over `programs` programs with the launch parameters of `cfg`, under PDL where
+    it is enabled for the device (args[0] is x) unless `pdl` says otherwise."""
+    pdl = pdl_enabled(args[0].device) if pdl is None else pdl
+    _gemv_kernel[(programs,)](
+        *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+    )
 
 
 def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
@@ -247,15 +252,11 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
             raise ValueError(f"qkv_rope_kv: pools must be [slots, {num_kv_heads}, {D}] with unit stride")
     x = x.contiguous()
     q = torch.empty((1, num_heads * D), dtype=x.dtype, device=x.device)
-    pdl = pdl_enabled(x.device) if pdl is None else pdl
-    extra = {"launch_pdl": True} if pdl else {}
-    _gemv_kernel[(N // cfg.block_n,)](
-        x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
-        cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot,
-        k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads,
-        PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN_K=K % cfg.block_k == 0, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
-    )
+    _launch(N // cfg.block_n, cfg, pdl, K,
+            (x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
+             cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot, k_pool.stride(0), k_pool.stride(1),
+             v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads),
+            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
     return q
 
 

@@ -75,7 +75,7 @@ def _paged_decode_kernel(
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
-    if PDL:  # launched early behind the qkv kernel: q and this step's K/V row are its output
+    if PDL:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
     b = tl.program_id(0)
