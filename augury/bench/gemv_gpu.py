@@ -1,6 +1,6 @@
 """Microbenchmark of the one-row fused GEMV (augury.layers.triton_gemv) against cuBLAS, 8B shapes.
 
-    python -m augury.bench.gemv_gpu --out DIR [--sweep] [--budget-s 150]
+    python -m augury.bench.gemv_gpu --out DIR [--sweep] [--budget-s 150] [--weights int4]
 
 For each Llama-3-8B product a batch-1 decode step runs (qkv with the input norm folded in,
 o_proj with the residual add, gate_up with the post-attention norm, down with SiLU-mul and
@@ -10,7 +10,8 @@ default launch parameters, and with --sweep the best parameters found by coordin
 Times are per call, from CUDA-graph replays over distinct weight copies (several times the
 L2), as in `augury.bench.kernels_gpu`; bandwidth = weight bytes / time, against a read
 bandwidth measured in the same run. Also checks the fused result against the unfused ops.
-Writes DIR/gemv_gpu.json.
+`--weights int4` runs the same products on int4 weights (tinygemm's packed layout, group 32),
+against tinygemm's own kernel. Writes DIR/gemv_gpu_{bf16,int4}.json.
 """
 
 from __future__ import annotations
@@ -38,20 +39,36 @@ SHAPES = {
 }
 GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3]}
+GRID_INT4 = {"block_n": [4, 8, 16, 32, 64], "block_k": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
+             "num_stages": [1, 2, 3]}
+GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
+
+
+def _int4_weight(N: int, K: int, dev: torch.device, seed: int) -> dict:
+    """A random int4 weight as `Int4Linear` keeps it on CUDA: tinygemm's packed bytes + bf16 (scale, zero)."""
+    from augury.layers.quant_linear import _pack_fn
+
+    g = torch.Generator(device=dev).manual_seed(seed)
+    q = torch.randint(0, 16, (N, K), generator=g, device=dev, dtype=torch.int32)
+    sz = (torch.rand(K // GROUP, N, 2, generator=g, device=dev) * 0.01).to(torch.bfloat16)
+    return {"w": _pack_fn("cuda", 8)(q), "scales_zeros": sz, "group_size": GROUP}
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: float) -> dict:
+def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: float, int4: bool = False) -> dict:
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv
 
     N, K, pro, res = SHAPES[name]
     dt = torch.bfloat16
-    nbytes = N * K * 2
+    nbytes = N * K // 2 + (K // GROUP) * N * 4 if int4 else N * K * 2
     n = copies_for(nbytes)
-    ws = [torch.randn(N, K, device=dev, dtype=dt) * 0.02 for _ in range(n)]
+    if int4:
+        ws = [_int4_weight(N, K, dev, i) for i in range(n)]
+    else:
+        ws = [{"w": torch.randn(N, K, device=dev, dtype=dt) * 0.02} for _ in range(n)]
     kin = 2 * K if pro == "silu_mul" else K
     x = torch.randn(1, kin, device=dev, dtype=dt)
     r = torch.randn(1, N, device=dev, dtype=dt) if res else None
@@ -59,19 +76,32 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     xin = F.silu(x[:, :K]) * x[:, K:] if pro == "silu_mul" else x
 
     def fused(w, cfg=None, pdl=None):
-        return gemv(x, w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
+        return gemv(x, **w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
+
+    def unfused(w):  # the product the unfused layer launches (besides its norm/activation/add kernels)
+        if int4:
+            return torch.ops.aten._weight_int4pack_mm(xin, w["w"], GROUP, w["scales_zeros"])
+        return F.linear(xin, w["w"])
 
     # correctness against the unfused ops (fp32 product of the same rounded inputs)
     xr = (g * F.rms_norm(x.float(), (K,), None, 1e-5).to(dt)) if pro == "norm" else xin
-    ref = F.linear(xr.float(), ws[0].float())
+    if int4:
+        eye = torch.eye(K, device=dev, dtype=dt)
+        w32 = torch.cat([torch.ops.aten._weight_int4pack_mm(eye[i:i + 1024], ws[0]["w"], GROUP,
+                                                            ws[0]["scales_zeros"]) for i in range(0, K, 1024)]).T.float()
+    else:
+        w32 = ws[0]["w"].float()
+    ref = F.linear(xr.float(), w32)
     ref = (ref.to(dt).float() + r.float()) if res else ref
     err = (fused(ws[0]).float() - ref).abs().max().item() / max(1e-6, ref.abs().max().item())
+    del w32
 
-    t_cublas = time_calls([lambda w=w: F.linear(xin, w) for w in ws], dev)
-    cfg0 = default_config(N, K)
+    t_cublas = time_calls([lambda w=w: unfused(w) for w in ws], dev)
+    cfg0 = default_config(N, K, int4)
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
     t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
-    row = {"name": name, "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
+    row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
+           "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
@@ -81,10 +111,11 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
             cfg = GemvConfig(**p)
             return time_calls([lambda w=w: fused(w, cfg) for w in ws], dev, reps=7)
 
-        best, best_t, tried = coordinate_search(GRID, dict(cfg0.__dict__), evaluate, deadline)
+        best, best_t, tried = coordinate_search(GRID_INT4 if int4 else GRID, dict(cfg0.__dict__), evaluate,
+                                                deadline)
         row.update(best_config=best, fused_best_us=best_t, fused_best_frac_bw=nbytes / (best_t * 1e-6) / bw,
                    tried=tried)
-    _log(f"{name}: cuBLAS {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
+    _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL)"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
@@ -139,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--budget-s", type=float, default=150.0)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16",
+                    help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
+    ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chain (bf16 only)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
@@ -152,15 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for s in names:
-        rows.append(bench_shape(s, dev, bw, a.sweep, time.perf_counter() + per))
-        (out / "gemv_gpu.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows}, indent=1))
-    chain = bench_chain(dev, bw)
-    (out / "gemv_gpu.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": chain},
-                                                  indent=1))
+        rows.append(bench_shape(s, dev, bw, a.sweep, time.perf_counter() + per, a.weights == "int4"))
+        (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows},
+                                                                    indent=1))
+    chain = None if a.no_chain or a.weights == "int4" else bench_chain(dev, bw)
+    (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows,
+                                                                "chain": chain}, indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))
                 * (32 if r["name"] != "lm_head" else 1) for r in rows)
-    print(f"per token (32 layers + head): cuBLAS products {tot_c / 1e3:.3f} ms, fused {tot_f / 1e3:.3f} ms")
+    print(f"per token (32 layers + head, {a.weights}): unfused products {tot_c / 1e3:.3f} ms, fused "
+          f"{tot_f / 1e3:.3f} ms")
     return 0
 
 

@@ -6,8 +6,9 @@
 so a layer launches the four weight streams, rope/K-V write and attention, instead of
 ~16 kernels (`layers/triton_gemv.py` says why that matters at batch 1). Used for
 steps of exactly one token (batch-1 decode, each step of a batch-1 burst) on CUDA;
-every other step, and layers it does not cover (biases, quantized or Gemma-style
-weights, other activations), take the unfused modules.
+every other step, and layers it does not cover (biases, int8 or padded int4 weights,
+Gemma-style norms, other activations), take the unfused modules. Int4 projections
+(`Int4Linear` on CUDA) are read in tinygemm's packed layout by the same kernel.
 
 `AUGURY_FUSED_DECODE=0` turns it off (A/B measurements); tests force it on under the
 Triton interpreter through `FORCE`.
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from augury.layers.norm import RMSNorm
+from augury.layers.quant_linear import Int4Linear
 
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
@@ -42,8 +44,15 @@ def _kernels_ok() -> bool:
     return True
 
 
-def _plain(lin: nn.Module, dtype: torch.dtype) -> bool:
-    return type(lin) is nn.Linear and lin.bias is None and lin.weight.dtype == dtype and lin.weight.stride(1) == 1
+def _weight(lin: nn.Module, dtype: torch.dtype) -> dict | None:
+    """The weight keywords of `gemv` for this projection (a plain bias-free nn.Linear in the
+    activation dtype, or an `Int4Linear` in tinygemm's CUDA layout with bf16 activations), or None."""
+    if type(lin) is nn.Linear:
+        ok = lin.bias is None and lin.weight.dtype == dtype and lin.weight.stride(1) == 1
+        return {"w": lin.weight} if ok else None
+    if isinstance(lin, Int4Linear) and dtype == torch.bfloat16:
+        return lin.gemv_weight()
+    return None
 
 
 def _llama_norm(norm: nn.Module) -> bool:
@@ -62,8 +71,8 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
         return False
     attn, mlp = layer.self_attn, layer.mlp
     return (h.dtype in (torch.bfloat16, torch.float16, torch.float32)
-            and _plain(attn.qkv_proj, h.dtype) and _plain(attn.o_proj, h.dtype)
-            and _plain(mlp.gate_up_proj, h.dtype) and _plain(mlp.down_proj, h.dtype)
+            and all(_weight(lin, h.dtype) is not None
+                    for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj))
             and _llama_norm(layer.input_layernorm) and _llama_norm(layer.post_attention_layernorm)
             and mlp.act_name == "silu")
 
@@ -92,13 +101,13 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
     if _rope_kv_fusable(attn, h, rope, gmeta, k_pool, v_pool):
         # qkv + rope + the K/V write in one kernel, then attention over the pools
         H, D = attn.num_heads, attn.head_dim
-        q = fused_qkv_rope_kv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps, cos=rope[0],
-                              sin=rope[1], k_pool=k_pool, v_pool=v_pool, slot=gmeta.slot_mapping,
+        q = fused_qkv_rope_kv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps,
+                              cos=rope[0], sin=rope[1], k_pool=k_pool, v_pool=v_pool, slot=gmeta.slot_mapping,
                               num_heads=H, num_kv_heads=attn.num_kv_heads)
         o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap).reshape(1, H * D)
     else:
-        qkv = fused_gemv(h, attn.qkv_proj.weight, norm_weight=n1.weight, eps=n1.eps)
+        qkv = fused_gemv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps)
         o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
-    h = fused_gemv(o, attn.o_proj.weight, residual=h)
-    gu = fused_gemv(h, mlp.gate_up_proj.weight, norm_weight=n2.weight, eps=n2.eps)
-    return fused_gemv(gu, mlp.down_proj.weight, silu_mul=True, residual=h)
+    h = fused_gemv(o, **_weight(attn.o_proj, h.dtype), residual=h)
+    gu = fused_gemv(h, **_weight(mlp.gate_up_proj, h.dtype), norm_weight=n2.weight, eps=n2.eps)
+    return fused_gemv(gu, **_weight(mlp.down_proj, h.dtype), silu_mul=True, residual=h)

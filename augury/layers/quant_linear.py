@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,6 +135,10 @@ def _nibble_sources(pack: Callable[[torch.Tensor], torch.Tensor], n: int, k: int
 
 def unpack_int4(packed: torch.Tensor, layout: str, inner_k_tiles: int, n: int, k: int) -> torch.Tensor:
     """Kernel-packed weight -> q [n, k] uint8 on CPU (reference / repacking path, not for the hot loop)."""
+    if layout == "cuda":  # tinygemm's layout is written out (and checked against torch's converter)
+        from augury.layers import int4_layout
+
+        return int4_layout.unpack(packed.cpu())[:n, :k]
     dev = torch.device("cuda") if layout == "cuda" else torch.device("cpu")
     src = _nibble_sources(_pack_fn(layout, inner_k_tiles), n, k, dev)
     q = torch.empty(n * k, dtype=torch.uint8)
@@ -163,6 +168,21 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
         return bool(torch.allclose(y, ref, rtol=2e-2, atol=2e-1))
     except (RuntimeError, NotImplementedError):
         return False
+
+
+# one-row CUDA products of int4 weights run augury's Triton GEMV on tinygemm's packed bytes
+# (`layers/triton_gemv.py`); AUGURY_INT4_GEMV=0 keeps tinygemm for them (A/B measurements)
+_INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "1") != "0"
+
+
+@functools.lru_cache(maxsize=1)
+def _gemv_ok() -> bool:
+    """Whether the Triton GEMV imports here (no triton: tinygemm serves every row count)."""
+    try:
+        import augury.layers.triton_gemv  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 def _native_int4(act_dtype: torch.dtype, group_size: int) -> bool:
@@ -463,8 +483,22 @@ class Int4Linear(nn.Module):
             y = y + self.bias.to(x.dtype)
         return y.reshape(*lead, self.out_features)
 
+    def gemv_weight(self) -> dict | None:
+        """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight
+        (tinygemm's packed bytes, read in place), or None where it cannot: a CPU layout, K or N
+        padding or a bias (the fused layer would have to undo them), or `AUGURY_INT4_GEMV=0`."""
+        if not (_INT4_GEMV_ON and self._layout == "cuda" and self._plain and self.act_dtype == torch.bfloat16):
+            return None
+        return {"w": self.packed, "scales_zeros": self.scales_zeros, "group_size": self.group_size}
+
     def _mm(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [M, K padded], contiguous -> [M, N padded] through this module's packed-weight kernel."""
+        if x2.shape[0] == 1 and self._layout == "cuda" and _INT4_GEMV_ON and _gemv_ok():
+            # one row: a weight stream, where tinygemm (a tensor-core GEMM padding M to 16) reads at
+            # ~40% of the bandwidth; the Triton GEMV reads the same packed bytes
+            from augury.layers.triton_gemv import fused_gemv
+
+            return fused_gemv(x2, self.packed, scales_zeros=self.scales_zeros, group_size=self.group_size)
         if self._native:
             return torch.ops.augury_cpu.int4_mm(x2, self.packed, self.native_scales, self.group_size)
         if self._layout == "cpu":

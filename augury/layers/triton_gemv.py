@@ -60,8 +60,11 @@ class GemvConfig:
     num_stages: int = 1
 
 
-def default_config(n: int, k: int) -> GemvConfig:
-    """Launch parameters from (N, K) alone (a captured step always launches the same grid)."""
+def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
+    """Launch parameters from (N, K) and the weight's kind alone (a captured step always launches
+    the same grid). int4: block_k columns are whole super-tiles of tinygemm's layout."""
+    if int4:
+        return GemvConfig(block_n=16, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
     return GemvConfig(block_n=8, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
 
 
@@ -90,11 +93,12 @@ def _rnd(x, dt: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
+    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
+    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -109,9 +113,59 @@ def _gemv_kernel(
         rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rows < N
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
-    offs_k = tl.arange(0, BLOCK_K)
     dt = y_ptr.dtype.element_ty
-    w_rows = w_ptr + rows_c[:, None].to(tl.int64) * s_wn
+    if W4:
+        acc = _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows_c, N, K, eps, norm_k, PRO=PRO, PDL=PDL, GS=GS,
+                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, dt=dt)
+    else:
+        acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
+                          BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
+    y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
+    if ROPE_KV:
+        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
+                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+    else:
+        if RESIDUAL:
+            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
+        tl.store(y_ptr + rows, y, mask=n_ok)
+
+
+@triton.jit
+def _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K: tl.constexpr):
+    """1 / rms(x) over K columns, as F.rms_norm: rsqrt(mean(x^2) + eps)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    ss = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        xv = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        ss += xv * xv
+    return 1.0 / tl.sqrt(tl.sum(ss, axis=0) / norm_k + eps)
+
+
+@triton.jit
+def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
+    """The product's input at columns k, in fp32: x through the prologue."""
+    if PRO == 1:
+        xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
+        xv = ((xv * inv).to(dt).to(tl.float32) * gv).to(dt).to(tl.float32)
+    elif PRO == 2:
+        gate = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        up = tl.load(x_ptr + K + k, mask=k_ok, other=0.0).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
+        xv = (act * up).to(dt).to(tl.float32)
+    else:
+        xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    return xv
+
+
+@triton.jit
+def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, dt: tl.constexpr):
+    """sum_k W[rows, k] * prologue(x)[k] in fp32, W a plain [N, K] weight (row stride s_wn)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * s_wn
     # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
     # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes)
     if EVEN_K:
@@ -121,42 +175,103 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
+    inv = 1.0
     if PRO == 1:
-        ss = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            k = k0 + offs_k
-            xv = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / norm_k + eps)  # as F.rms_norm: x * rsqrt(mean(x^2) + eps)
+        inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
-        k_ok = k < K
         # the next tile is loaded before this one is used (the last iteration's load is masked off)
         kn = k + BLOCK_K
         w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0)
-        if PRO == 1:
-            xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-            gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-            # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
-            xv = ((xv * inv).to(dt).to(tl.float32) * gv).to(dt).to(tl.float32)
-        elif PRO == 2:
-            gate = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-            up = tl.load(x_ptr + K + k, mask=k_ok, other=0.0).to(tl.float32)
-            act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
-            xv = (act * up).to(dt).to(tl.float32)
-        else:
-            xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
         acc += w.to(tl.float32) * xv[None, :]
         w = w_next
-    y = _rnd(tl.sum(acc, axis=1), dt).to(dt)  # exact: _rnd already rounded it
-    if ROPE_KV:
-        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
-                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _q8(src, b: tl.constexpr):
+    """Nibble b (bits 4b..4b+3, b < 4) of each int32 word as float32 (q - 8) * 2^(4b - 23), exactly:
+    or-ing the nibble, in place, into the mantissa of 1.0 gives 1 + q * 2^(4b - 23), and
+    subtracting 1 + 8 * 2^(4b - 23) (same exponent: exact) leaves the rest. One logic op and one
+    add per weight, no shift and no int-to-float conversion: Hopper issues integer ops at half
+    the float rate, and the shift-and-convert form made the int4 product ALU-bound."""
+    if b == 0:
+        return ((src & 0xF) | 0x3F800000).to(tl.float32, bitcast=True) - 1.00000095367431640625
+    elif b == 1:
+        return ((src & 0xF0) | 0x3F800000).to(tl.float32, bitcast=True) - 1.0000152587890625
+    elif b == 2:
+        return ((src & 0xF00) | 0x3F800000).to(tl.float32, bitcast=True) - 1.000244140625
     else:
-        if RESIDUAL:
-            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
-        tl.store(y_ptr + rows, y, mask=n_ok)
+        return ((src & 0xF000) | 0x3F800000).to(tl.float32, bitcast=True) - 1.00390625
+
+
+@triton.jit
+def _x_up(xv, b: tl.constexpr):
+    """xv * 2^(23 - 4b), exact: undoes `_q8`'s scale, so each product is (q - 8) * x."""
+    if b == 0:
+        return xv * 8388608.0
+    elif b == 1:
+        return xv * 524288.0
+    elif b == 2:
+        return xv * 32768.0
+    else:
+        return xv * 2048.0
+
+
+@triton.jit
+def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
+             GS: tl.constexpr, IKT: tl.constexpr, BLOCK_N: tl.constexpr, BKO: tl.constexpr,
+             EVEN_K: tl.constexpr, dt: tl.constexpr):
+    """sum_k W[rows, k] * prologue(x)[k] in fp32 for an int4 weight in tinygemm's layout
+    (`augury.layers.int4_layout`: T = IKT inner k-tiles, super-tiles of 16 T columns) with
+    W = (q - 8) * scale + zero per GS columns; sz_ptr: the [G, N] (scale, zero) bf16 pairs as int32.
+    Each iteration takes BKO super-tiles: per row 2 T * BKO words, contiguous per super-tile."""
+    WR: tl.constexpr = 2 * IKT  # words per row per super-tile
+    SPAN: tl.constexpr = 16 * IKT  # columns per super-tile (= words per 8-row block of one)
+    HW: tl.constexpr = IKT // 2
+    KSUP = K // SPAN
+    j = tl.arange(0, BKO * WR)
+    ko = j // WR
+    r = (j % WR) // HW
+    col0 = ko * SPAN + 32 * (j % HW)  # first column of each word's 32-column block (its group)
+    col = col0 + 2 * r  # column of nibble 0
+    w_rows = w_ptr + ((rows // 8).to(tl.int64) * KSUP * SPAN + (rows % 8) * WR)[:, None] + (ko * SPAN + j % WR)[None, :]
+    if EVEN_K:
+        p = tl.load(w_rows)
+    else:
+        p = tl.load(w_rows, mask=(ko < KSUP)[None, :], other=0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
+    acc = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+    for ks in range(0, KSUP, BKO):
+        k0 = ks * SPAN
+        s_ok = ks + ko < KSUP
+        nxt = ks + BKO + ko < KSUP
+        p_next = tl.load(w_rows + (ks + BKO) * SPAN, mask=nxt[None, :], other=0)
+        sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
+        s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
+        z = (sz & -65536).to(tl.float32, bitcast=True)
+        hi = p >> 16
+        t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+        xs = tl.zeros([BKO * WR], dtype=tl.float32)
+        for b in tl.static_range(8):
+            # nibble b holds column col + (b >> 2) + 8 (b & 3); _q8 leaves it scaled by 2^(4b' - 23)
+            c = k0 + col + (b >> 2) + 8 * (b & 3)
+            xv = _x_in(x_ptr, g_ptr, c, s_ok, K, inv, PRO, dt)
+            xs += xv
+            if b < 4:
+                t += _q8(p, b) * _x_up(xv, b)[None, :]
+            else:
+                t += _q8(hi, b - 4) * _x_up(xv, b - 4)[None, :]
+        acc += t * s + z * xs[None, :]
+        p = p_next
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit
@@ -192,29 +307,49 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
     tl.store(v_dst + HALF, b.to(vp_ptr.dtype.element_ty), mask=is_v)
 
 
+def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int):
+    """(N, K, kernel constants, scale tensor) for a plain [N, K] weight (scales_zeros None) or an
+    int4 one as `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]
+    (`augury.layers.int4_layout`) with bf16 (scale, zero) pairs [K / group_size, N, 2]."""
+    if scales_zeros is None:
+        return w.shape[0], w.shape[1], dict(W4=False, GS=1, IKT=2), w
+    if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8):
+        raise ValueError(f"gemv: an int4 weight is tinygemm's int32 [N/8, K/(16T), 32, T/2], got {w.dtype} "
+                         f"{tuple(w.shape)}")
+    ikt = 2 * w.shape[3]
+    n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
+    if group_size not in (32, 64, 128, 256) or scales_zeros.shape != (k // group_size, n, 2) \
+            or scales_zeros.dtype != torch.bfloat16 or not w.is_contiguous() or not scales_zeros.is_contiguous():
+        raise ValueError(f"gemv: int4 scales must be contiguous bf16 [{k}/group, {n}, 2] with a group of 32-256, "
+                         f"got {scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
+    return n, k, dict(W4=True, GS=group_size, IKT=ikt), scales_zeros.view(torch.int32)
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
          silu_mul: bool = False, residual: torch.Tensor | None = None,
+         scales_zeros: torch.Tensor | None = None, group_size: int = 0,
          cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
-    residual: [1, N], added to the rounded product."""
+    residual: [1, N], added to the rounded product.
+    scales_zeros / group_size: w is an int4 weight in tinygemm's layout (see `_weight`)."""
     if norm_weight is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
-    N, K = w.shape
+    N, K, wc, sz = _weight(w, scales_zeros, group_size)
     if x.shape[-1] != (2 * K if silu_mul else K):
         raise ValueError(f"gemv: x has {x.shape[-1]} columns, weight [{N}, {K}] needs "
                          f"{2 * K if silu_mul else K}")
     x = x.contiguous()
-    cfg = cfg or default_config(N, K)
+    cfg = cfg or default_config(N, K, wc["W4"])
     y = torch.empty((1, N), dtype=x.dtype, device=x.device)
     pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
     _launch(triton.cdiv(N, cfg.block_n), cfg, pdl, K,
-            (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
-            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
+            (x, g, w, sz, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
+            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, **wc)
     return y
 
 
@@ -222,6 +357,9 @@ def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tupl
     """`_gemv_kernel` over `programs` programs with the launch parameters of `cfg`, under PDL where
     it is enabled for the device (args[0] is x) unless `pdl` says otherwise."""
     pdl = pdl_enabled(args[0].device) if pdl is None else pdl
+    if consts["W4"] and cfg.block_k % (16 * consts["IKT"]):
+        raise ValueError(f"gemv: an int4 tile takes whole super-tiles of {16 * consts['IKT']} columns, "
+                         f"not block_k={cfg.block_k}")
     _gemv_kernel[(programs,)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
@@ -231,17 +369,19 @@ def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tupl
 def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
                 cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                 slot: torch.Tensor, num_heads: int, num_kv_heads: int,
+                scales_zeros: torch.Tensor | None = None, group_size: int = 0,
                 cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """The qkv projection of one token with everything up to attention in its epilogue:
     x [1, hidden] -> q [1, H * D], rope applied; this token's K (rope applied) and V are written
     into row `slot[0]` of k_pool / v_pool [num_slots, Hkv, D] (what `paged_attention` does with
-    index_copy_ before it reads the pools). w is the fused [q; k; v] weight [(H + 2 Hkv) D, hidden];
-    the input norm is the prologue, as for `gemv(norm_weight=...)`. cos / sin_signed: this
-    position's rope rows [D] (`RotaryEmbedding`), in x's dtype."""
-    N, K = w.shape
+    index_copy_ before it reads the pools). w is the fused [q; k; v] weight [(H + 2 Hkv) D, hidden]
+    (or its int4 form, as for `gemv`); the input norm is the prologue, as for
+    `gemv(norm_weight=...)`. cos / sin_signed: this position's rope rows [D] (`RotaryEmbedding`),
+    in x's dtype."""
+    N, K, wc, sz = _weight(w, scales_zeros, group_size)
     heads = num_heads + 2 * num_kv_heads
     D = N // heads
-    cfg = cfg or default_config(N, K)
+    cfg = cfg or default_config(N, K, wc["W4"])
     if N != heads * D or D % cfg.block_n or cfg.block_n % 2:
         raise ValueError(f"qkv_rope_kv: weight rows {N} are not {heads} heads of a head_dim that splits "
                          f"into {cfg.block_n}-row blocks")
@@ -253,57 +393,71 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
     x = x.contiguous()
     q = torch.empty((1, num_heads * D), dtype=x.dtype, device=x.device)
     _launch(N // cfg.block_n, cfg, pdl, K,
-            (x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
+            (x, norm_weight.contiguous(), w, sz, q, q, N, K, w.stride(0), float(eps), float(K),
              cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot, k_pool.stride(0), k_pool.stride(1),
              v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads),
-            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
+            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2, **wc)
     return q
+
+
+def _rows_of(w: torch.Tensor, scales_zeros: torch.Tensor | None) -> int:
+    return w.shape[0] if scales_zeros is None else 8 * w.shape[0]
 
 
 @torch.library.custom_op(
     "augury::qkv_rope_kv", mutates_args=("k_pool", "v_pool"),
     schema="(Tensor x, Tensor w, Tensor norm_weight, float eps, Tensor cos, Tensor sin, Tensor(a!) k_pool, "
-           "Tensor(b!) v_pool, Tensor slot, int num_heads, int num_kv_heads) -> Tensor")
+           "Tensor(b!) v_pool, Tensor slot, int num_heads, int num_kv_heads, Tensor? scales_zeros, "
+           "int group_size) -> Tensor")
 def qkv_rope_kv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor, eps: float, cos: torch.Tensor,
                    sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slot: torch.Tensor,
-                   num_heads: int, num_kv_heads: int) -> torch.Tensor:
+                   num_heads: int, num_kv_heads: int, scales_zeros: torch.Tensor | None,
+                   group_size: int) -> torch.Tensor:
     return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
-                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads)
+                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads, scales_zeros=scales_zeros,
+                       group_size=group_size)
 
 
 @qkv_rope_kv_op.register_fake
-def _(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads):
-    return x.new_empty((1, num_heads * (w.shape[0] // (num_heads + 2 * num_kv_heads))))
+def _(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads, scales_zeros, group_size):
+    return x.new_empty((1, num_heads * (_rows_of(w, scales_zeros) // (num_heads + 2 * num_kv_heads))))
 
 
 def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
                       cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                      slot: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+                      slot: torch.Tensor, num_heads: int, num_kv_heads: int,
+                      scales_zeros: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
     """`qkv_rope_kv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return qkv_rope_kv_op(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads)
+        return qkv_rope_kv_op(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads,
+                              scales_zeros, group_size)
     return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
-                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads)
+                       slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads, scales_zeros=scales_zeros,
+                       group_size=group_size)
 
 
 # One opaque node for torch.compile (dynamo cannot trace Triton's launcher); eager calls go
 # straight to `gemv`. Optional tensors are passed as real ones or None.
 @torch.library.custom_op(
     "augury::gemv", mutates_args=(),
-    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual) -> Tensor")
+    schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual, "
+           "Tensor? scales_zeros, int group_size) -> Tensor")
 def gemv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, silu_mul: bool,
-            residual: torch.Tensor | None) -> torch.Tensor:
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)
+            residual: torch.Tensor | None, scales_zeros: torch.Tensor | None, group_size: int) -> torch.Tensor:
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
+                scales_zeros=scales_zeros, group_size=group_size)
 
 
 @gemv_op.register_fake
-def _(x, w, norm_weight, eps, silu_mul, residual):
-    return x.new_empty((1, w.shape[0]))
+def _(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size):
+    return x.new_empty((1, _rows_of(w, scales_zeros)))
 
 
 def fused_gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+               eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None,
+               scales_zeros: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
     """`gemv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return gemv_op(x, w, norm_weight, eps, silu_mul, residual)
-    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual)
+        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size)
+    return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
+                scales_zeros=scales_zeros, group_size=group_size)

@@ -1,0 +1,254 @@
+"""The one-row GEMV on int4 weights in tinygemm's layout equals the dequantized product; a fused
+Llama layer with `Int4Linear` projections equals its unfused ops, eager and compiled.
+
+Runs under TRITON_INTERPRET=1 on the CPU (small shapes); on a CUDA machine the same checks run
+compiled, plus the 8B shapes against tinygemm and a captured CUDA graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
+
+from augury.layers import fused_decode, int4_layout  # noqa: E402
+from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv  # noqa: E402
+
+here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
+cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
+
+
+def _int4(n, k, gs, t, seed):
+    """-> (packed, scales_zeros, w): a random weight's int4 form in tinygemm's layout with T = t inner
+    k-tiles, and the fp32 weight it stands for (scale/zero rounded to bf16, as stored)."""
+    w = _rand(n, k, seed=seed, scale=0.1).float().cpu()
+    q, s, z = quantize_int4(w, gs)
+    sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()
+    return int4_layout.pack(q, t).to(DEV), sz.to(DEV), dequantize_int4(q, s, z, gs).to(DEV)
+
+
+def _close(y, ref, dtype):
+    y, ref = y.float(), ref.float()
+    if dtype == torch.float32:  # the same fp32 products, summed in another order
+        torch.testing.assert_close(y, ref, atol=1e-5 * ref.abs().max().item(), rtol=1e-5)
+    else:
+        torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
+
+
+# (T, group, N, K, block_k): several super-tiles per iteration; a ragged last iteration; groups
+# wider than a super-tile and than a word's 32-column block
+CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 64, 8, 256, 128)]
+
+
+@here
+@pytest.mark.parametrize("t,gs,n,k,bk", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype):
+    packed, sz, w = _int4(n, k, gs, t, seed=t + n)
+    cfg = GemvConfig(block_n=8, block_k=bk)
+    x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
+    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
+    # norm prologue + residual epilogue
+    g, r = _rand(k, seed=2, dtype=dtype), _rand(1, n, seed=3, dtype=dtype)
+    xn = (g * F.rms_norm(x.float(), (k,), None, 1e-5).to(dtype)).to(dtype)
+    ref = (F.linear(xn.float(), w).to(dtype).float() + r.float())
+    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref, dtype)
+    # silu_mul prologue
+    gu = _rand(1, 2 * k, seed=4, dtype=dtype)
+    act = (F.silu(gu[:, :k]) * gu[:, k:]).to(dtype)
+    _close(gemv(gu, packed, scales_zeros=sz, group_size=gs, silu_mul=True, cfg=cfg), F.linear(act.float(), w), dtype)
+
+
+@here
+def test_every_nibble_value_and_extreme_inputs_are_exact_in_fp32():
+    """The magic-mantissa decode (`_q8`) is exact for q = 0..15 at every nibble position, and the
+    2^(23 - 4b) input scaling neither overflows nor loses bits for large or tiny x."""
+    n, k, gs = 16, 64, 32
+    q = (torch.arange(n * k) % 16).view(n, k).to(torch.uint8)  # every value at every position
+    s = torch.full((n, 2), 0.5).to(torch.bfloat16).float()
+    z = torch.full((n, 2), 0.25).to(torch.bfloat16).float()
+    packed = int4_layout.pack(q, 2).to(DEV)
+    sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous().to(DEV)
+    w = dequantize_int4(q, s, z, gs).to(DEV)
+    for scale in (1.0, 2.0 ** 100, 2.0 ** -100):  # powers of two: every product is exact
+        for c in range(32):  # one column at a time: y = w[:, c] * x_c, exact in fp32
+            x = torch.zeros(1, k, device=DEV)
+            x[0, c] = scale
+            y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=GemvConfig(block_n=8, block_k=32))
+            assert torch.equal(y, F.linear(x.double(), w.double()).float()), (scale, c)
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype):
+    from augury.config import RopeConfig
+    from augury.layers.rope import RotaryEmbedding, apply_rope
+
+    H, Hkv, D, hidden = 4, 2, 16, 64
+    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, 2, seed=5)
+    cfg = GemvConfig(block_n=8, block_k=64)
+    x, g = _rand(1, hidden, seed=6, dtype=dtype, scale=2.0), _rand(hidden, seed=7, dtype=dtype)
+    cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([9], device=DEV))
+    k_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
+    v_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
+    k_ref, v_ref = k_pool.clone(), v_pool.clone()
+    slot = torch.tensor([4], device=DEV)
+    q = qkv_rope_kv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cos=cos, sin=sin,
+                    k_pool=k_pool, v_pool=v_pool, slot=slot, num_heads=H, num_kv_heads=Hkv, cfg=cfg)
+    qkv = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cfg=cfg).view(1, H + 2 * Hkv, D)
+    qk = apply_rope(qkv[:, : H + Hkv], cos, sin)
+    k_ref.index_copy_(0, slot, qk[:, H:])
+    v_ref.index_copy_(0, slot, qkv[:, H + Hkv:])
+    assert torch.equal(v_pool, v_ref) and torch.equal(k_pool[:4], k_ref[:4]) and torch.equal(k_pool[5:], k_ref[5:])
+    if dtype == torch.float32 and not CPU:  # compiled fp32 may contract the rotation into an FMA
+        torch.testing.assert_close(q.view(1, H, D), qk[:, :H], atol=1e-5, rtol=1e-5)
+    else:  # a row's sum does not depend on the rows it shares a program with: bitwise
+        assert torch.equal(q.view(1, H, D), qk[:, :H]) and torch.equal(k_pool[4], k_ref[4])
+
+
+def _tinygemm_layout(lin: Int4Linear) -> Int4Linear:
+    """Re-pack a CPU Int4Linear's weight in tinygemm's CUDA layout, as `.cuda()` leaves it (under
+    the interpreter the fused path reads it on the CPU; its own forward is never called)."""
+    if lin._layout != "cuda":
+        q = lin.unpack()
+        lin._layout, lin._native, lin.native_scales = "cuda", False, None
+        lin.packed = int4_layout.pack(q, lin._inner_k_tiles).to(lin.scales_zeros.device)
+    return lin
+
+
+def _tiny_int4_llama():
+    """(int4 model, its twin with the dequantized weights as bf16 nn.Linear): a tiny bf16 Llama."""
+    from tests.layers.test_triton_gemv import _tiny_llama
+
+    m, ref = _tiny_llama(torch.bfloat16), _tiny_llama(torch.bfloat16)
+    for layer, rlayer in zip(m.layers, ref.layers):
+        for owner, rowner, name in (("self_attn", "self_attn", "qkv_proj"), ("self_attn", "self_attn", "o_proj"),
+                                    ("mlp", "mlp", "gate_up_proj"), ("mlp", "mlp", "down_proj")):
+            lin = getattr(getattr(layer, owner), name)
+            q4 = Int4Linear.from_linear(lin.cpu() if CPU else lin, 32)
+            if not CPU:
+                q4 = q4.to(DEV)
+                q4(torch.zeros(1, q4.in_features, device=DEV, dtype=torch.bfloat16))  # packs for CUDA
+            setattr(getattr(layer, owner), name, _tinygemm_layout(q4))
+            dense = nn.Linear(lin.in_features, lin.out_features, bias=False, device=DEV, dtype=torch.bfloat16)
+            with torch.no_grad():
+                dense.weight.copy_(q4.dequantize().to(DEV))
+            setattr(getattr(rlayer, rowner), name, dense)
+    return m, ref
+
+
+@here
+def test_fused_int4_layer_equals_the_dequantized_modules_and_compiles_to_the_ops():
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    m, ref = _tiny_int4_llama()
+    pools = {"k": [torch.zeros(32, 2, 16, device=DEV, dtype=torch.bfloat16) for _ in range(2)],
+             "v": [torch.zeros(32, 2, 16, device=DEV, dtype=torch.bfloat16) for _ in range(2)]}
+
+    class View:
+        k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
+
+    pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
+    prompt, tok = torch.tensor([5, 17, 3, 40, 22, 9], device=DEV), torch.tensor([31], device=DEV)
+    h = torch.zeros(1, 64, device=DEV, dtype=torch.bfloat16)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    def run(model, force, compiled=False):
+        for p in pools["k"] + pools["v"]:
+            p.zero_()
+        fused_decode.FORCE = force
+        try:
+            with torch.no_grad():
+                ref(prompt, pre.positions, pre, View)  # the same prefill K/V for both (never fused: 6 rows)
+                if compiled:
+                    torch._dynamo.reset()
+                    return torch.compile(model, fullgraph=True, backend=backend)(tok, step.positions, step, View)
+                return model(tok, step.positions, step, View)
+        finally:
+            fused_decode.FORCE = None
+            torch._dynamo.reset()
+
+    fused_decode.FORCE = True
+    try:
+        assert fused_decode.eligible(m.layers[0], h)
+    finally:
+        fused_decode.FORCE = None
+    want = run(ref, False)
+    got = run(m, True)
+    torch.testing.assert_close(got.float(), want.float(), atol=2 ** -5 * want.abs().max().item(), rtol=0)
+    compiled = run(m, True, compiled=True)
+    assert sum("augury.gemv" in s for s in seen) == 6 and sum("augury.qkv_rope_kv" in s for s in seen) == 2
+    assert torch.equal(compiled, got)
+
+
+@here
+def test_padded_or_biased_int4_layers_are_not_fused():
+    lin = Int4Linear.from_linear(nn.Linear(64, 48, bias=True), 32)  # a bias
+    assert _tinygemm_layout(lin).gemv_weight() is None
+    lin = Int4Linear.from_linear(nn.Linear(64, 40, bias=False), 32)  # N padded to 48
+    assert _tinygemm_layout(lin).gemv_weight() is None
+    lin = Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32)
+    assert lin.gemv_weight() is None  # CPU layout
+    assert _tinygemm_layout(lin).gemv_weight()["w"] is lin.packed
+
+
+@here
+def test_bad_int4_weights_are_refused():
+    packed, sz, _ = _int4(16, 64, 32, 2, seed=8)
+    x = _rand(1, 64)
+    with pytest.raises(ValueError, match="int4 scales"):
+        gemv(x, packed, scales_zeros=sz, group_size=64)
+    with pytest.raises(ValueError, match="tinygemm"):
+        gemv(x, packed.view(16, -1), scales_zeros=sz, group_size=32)
+    with pytest.raises(ValueError, match="super-tiles"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=48))
+
+
+# ---------------------------------------------------------------------------- CUDA only
+
+
+@cuda_only
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)])
+def test_llama3_8b_shapes_match_tinygemm(n, k):
+    lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.normal_(0, 0.02)
+    m = Int4Linear.from_linear(lin, 32)
+    x = _rand(2, k, seed=9, dtype=torch.bfloat16)
+    both = m(x)  # two rows: tinygemm
+    one = m(x[:1])  # one row: the GEMV
+    torch.testing.assert_close(one.float(), both[:1].float(), atol=2 ** -6 * both.abs().max().item(), rtol=0)
+
+
+@cuda_only
+def test_replays_in_a_cuda_graph():
+    packed, sz, _ = _int4(6144, 4096, 32, 8, seed=10)
+    x, nw = _rand(1, 4096, seed=11, dtype=torch.bfloat16), _rand(4096, seed=12, dtype=torch.bfloat16)
+    gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw), atol=0, rtol=0)
+
+
+@pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
+def test_in_fresh_process():
+    rerun_in_fresh_process(__file__, timeout=900)
