@@ -58,6 +58,7 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
+    xperm: bool = True  # int4: x read contiguously and permuted in registers (False: gathered per nibble)
 
 
 def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
@@ -98,7 +99,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr,
+    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XPERM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -116,7 +117,7 @@ def _gemv_kernel(
     dt = y_ptr.dtype.element_ty
     if W4:
         acc = _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows_c, N, K, eps, norm_k, PRO=PRO, PDL=PDL, GS=GS,
-                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, dt=dt)
+                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XPERM=XPERM, dt=dt)
     else:
         acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
@@ -223,7 +224,7 @@ def _x_up(xv, b: tl.constexpr):
 @triton.jit
 def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
              GS: tl.constexpr, IKT: tl.constexpr, BLOCK_N: tl.constexpr, BKO: tl.constexpr,
-             EVEN_K: tl.constexpr, dt: tl.constexpr):
+             EVEN_K: tl.constexpr, XPERM: tl.constexpr, dt: tl.constexpr):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for an int4 weight in tinygemm's layout
     (`augury.layers.int4_layout`: T = IKT inner k-tiles, super-tiles of 16 T columns) with
     W = (q - 8) * scale + zero per GS columns; sz_ptr: the [G, N] (scale, zero) bf16 pairs as int32.
@@ -249,6 +250,13 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
     acc = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+    if XPERM:
+        # per-b1 constants of `_q8`: the nibble's in-place mask, 1 + 8 * 2^(4 b1 - 23), and 2^(23 - 4 b1)
+        b1 = tl.arange(0, 4)
+        mask4 = 15 << (4 * b1)
+        c4 = ((8 << (4 * b1)) | 0x3F800000).to(tl.float32, bitcast=True)
+        up4 = ((150 - 4 * b1) << 23).to(tl.float32, bitcast=True)
+        kc = tl.arange(0, BKO * SPAN)
     for ks in range(0, KSUP, BKO):
         k0 = ks * SPAN
         s_ok = ks + ko < KSUP
@@ -257,18 +265,30 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
         sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
         s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
         z = (sz & -65536).to(tl.float32, bitcast=True)
-        hi = p >> 16
-        t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-        xs = tl.zeros([BKO * WR], dtype=tl.float32)
-        for b in tl.static_range(8):
-            # nibble b holds column col + (b >> 2) + 8 (b & 3); _q8 leaves it scaled by 2^(4b' - 23)
-            c = k0 + col + (b >> 2) + 8 * (b & 3)
-            xv = _x_in(x_ptr, g_ptr, c, s_ok, K, inv, PRO, dt)
-            xs += xv
-            if b < 4:
-                t += _q8(p, b) * _x_up(xv, b)[None, :]
-            else:
-                t += _q8(hi, b - 4) * _x_up(xv, b - 4)[None, :]
+        if XPERM:
+            # x read contiguously (the prologue once per column), then permuted in registers to the
+            # words' order: column 32 w + 8 b1 + 2 r + b0 of a super-tile is nibble b = 4 b0 + b1 of
+            # word (r, w), so [ko, w, b1, r, b0] -> [ko, r, w, b0, b1] = [j, b0, b1]
+            xc = _x_in(x_ptr, g_ptr, k0 + kc, k0 + kc < K, K, inv, PRO, dt)
+            xq = tl.reshape(tl.permute(tl.reshape(xc, [BKO, HW, 4, 4, 2]), [0, 3, 1, 4, 2]), [BKO * WR, 2, 4])
+            xs = tl.sum(tl.sum(xq, axis=2), axis=1)
+            pp = tl.join(p, p >> 16)  # [BN, J, 2]: nibbles 0-3 in place, 4-7 shifted down to them
+            f = (((pp[:, :, :, None] & mask4[None, None, None, :]) | 0x3F800000).to(tl.float32, bitcast=True)
+                 - c4[None, None, None, :])
+            t = tl.sum(tl.sum(f * (xq * up4[None, None, :])[None, :, :, :], axis=3), axis=2)
+        else:
+            hi = p >> 16
+            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+            xs = tl.zeros([BKO * WR], dtype=tl.float32)
+            for b in tl.static_range(8):
+                # nibble b holds column col + (b >> 2) + 8 (b & 3); _q8 leaves it scaled by 2^(4b' - 23)
+                c = k0 + col + (b >> 2) + 8 * (b & 3)
+                xv = _x_in(x_ptr, g_ptr, c, s_ok, K, inv, PRO, dt)
+                xs += xv
+                if b < 4:
+                    t += _q8(p, b) * _x_up(xv, b)[None, :]
+                else:
+                    t += _q8(hi, b - 4) * _x_up(xv, b - 4)[None, :]
         acc += t * s + z * xs[None, :]
         p = p_next
     return tl.sum(acc, axis=1)
@@ -362,6 +382,7 @@ def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tupl
                          f"not block_k={cfg.block_k}")
     _gemv_kernel[(programs,)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
+        XPERM=cfg.xperm,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 
