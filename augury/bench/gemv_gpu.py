@@ -39,8 +39,8 @@ SHAPES = {
 }
 GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3]}
-GRID_INT4 = {"xperm": [True, False], "block_n": [4, 8, 16, 32, 64], "block_k": [128, 256, 512, 1024, 2048],
-             "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
+GRID_INT4 = {"xmode": [2, 0, 1], "block_n": [8, 16, 32, 64], "block_k": [512, 1024, 2048],
+             "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
 

@@ -58,7 +58,9 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
-    xperm: bool = True  # int4: x read contiguously and permuted in registers (False: gathered per nibble)
+    # int4: how x reaches the words' nibble order: 0 gathered per nibble, 1 read contiguously and
+    # permuted in registers, 2 gathered in column pairs (nibbles b and b + 4 are adjacent columns)
+    xmode: int = 2
 
 
 def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
@@ -99,7 +101,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XPERM: tl.constexpr,
+    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XMODE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -117,7 +119,7 @@ def _gemv_kernel(
     dt = y_ptr.dtype.element_ty
     if W4:
         acc = _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows_c, N, K, eps, norm_k, PRO=PRO, PDL=PDL, GS=GS,
-                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XPERM=XPERM, dt=dt)
+                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XMODE=XMODE, dt=dt)
     else:
         acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
@@ -224,7 +226,7 @@ def _x_up(xv, b: tl.constexpr):
 @triton.jit
 def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
              GS: tl.constexpr, IKT: tl.constexpr, BLOCK_N: tl.constexpr, BKO: tl.constexpr,
-             EVEN_K: tl.constexpr, XPERM: tl.constexpr, dt: tl.constexpr):
+             EVEN_K: tl.constexpr, XMODE: tl.constexpr, dt: tl.constexpr):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for an int4 weight in tinygemm's layout
     (`augury.layers.int4_layout`: T = IKT inner k-tiles, super-tiles of 16 T columns) with
     W = (q - 8) * scale + zero per GS columns; sz_ptr: the [G, N] (scale, zero) bf16 pairs as int32.
@@ -250,7 +252,7 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
     acc = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-    if XPERM:
+    if XMODE == 1:
         # per-b1 constants of `_q8`: the nibble's in-place mask, 1 + 8 * 2^(4 b1 - 23), and 2^(23 - 4 b1)
         b1 = tl.arange(0, 4)
         mask4 = 15 << (4 * b1)
@@ -265,7 +267,17 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
         sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
         s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
         z = (sz & -65536).to(tl.float32, bitcast=True)
-        if XPERM:
+        if XMODE == 2:
+            hi = p >> 16
+            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+            xs = tl.zeros([BKO * WR], dtype=tl.float32)
+            for b in tl.static_range(4):
+                # nibbles b and b + 4 hold columns c and c + 1: one two-wide load for both
+                c = (k0 + col + 8 * b)[:, None] + tl.arange(0, 2)[None, :]
+                xa, xb = tl.split(_x_in(x_ptr, g_ptr, c, s_ok[:, None], K, inv, PRO, dt))
+                xs += xa + xb
+                t += _q8(p, b) * _x_up(xa, b)[None, :] + _q8(hi, b) * _x_up(xb, b)[None, :]
+        elif XMODE == 1:
             # x read contiguously (the prologue once per column), then permuted in registers to the
             # words' order: column 32 w + 8 b1 + 2 r + b0 of a super-tile is nibble b = 4 b0 + b1 of
             # word (r, w), so [ko, w, b1, r, b0] -> [ko, r, w, b0, b1] = [j, b0, b1]
@@ -382,7 +394,7 @@ def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tupl
                          f"not block_k={cfg.block_k}")
     _gemv_kernel[(programs,)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
-        XPERM=cfg.xperm,
+        XMODE=cfg.xmode,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

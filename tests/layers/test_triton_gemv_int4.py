@@ -54,10 +54,10 @@ CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 
 @here
 @pytest.mark.parametrize("t,gs,n,k,bk", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("xperm", [True, False])  # x permuted in registers, or gathered per nibble
-def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xperm):
+@pytest.mark.parametrize("xmode", [0, 1, 2])  # x gathered per nibble, permuted in registers, gathered in pairs
+def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xmode):
     packed, sz, w = _int4(n, k, gs, t, seed=t + n)
-    cfg = GemvConfig(block_n=8, block_k=bk, xperm=xperm)
+    cfg = GemvConfig(block_n=8, block_k=bk, xmode=xmode)
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
     _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
     # norm prologue + residual epilogue
