@@ -67,6 +67,9 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     n = copies_for(nbytes)
     if int4:
         ws = [_int4_weight(N, K, dev, i) for i in range(n)]
+        if os.environ.get("GEMV_SZT") == "1":  # experiment: scales transposed to [N, G]
+            for w in ws:
+                w["sz_t"] = w["scales_zeros"].view(torch.int32).squeeze(-1).T.contiguous()
     else:
         ws = [{"w": torch.randn(N, K, device=dev, dtype=dt) * 0.02} for _ in range(n)]
     kin = 2 * K if pro == "silu_mul" else K
@@ -76,6 +79,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     xin = F.silu(x[:, :K]) * x[:, K:] if pro == "silu_mul" else x
 
     def fused(w, cfg=None, pdl=None):
+        if "sz_t" in w:
+            w = {"w": w["w"], "scales_zeros": w["sz_t"], "group_size": GROUP}
         return gemv(x, **w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
 
     def unfused(w):  # the product the unfused layer launches (besides its norm/activation/add kernels)

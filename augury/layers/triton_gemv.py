@@ -101,7 +101,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XMODE: tl.constexpr,
+    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XMODE: tl.constexpr, SZT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -119,7 +119,7 @@ def _gemv_kernel(
     dt = y_ptr.dtype.element_ty
     if W4:
         acc = _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows_c, N, K, eps, norm_k, PRO=PRO, PDL=PDL, GS=GS,
-                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XMODE=XMODE, dt=dt)
+                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XMODE=XMODE, SZT=SZT, dt=dt)
     else:
         acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
@@ -226,7 +226,7 @@ def _x_up(xv, b: tl.constexpr):
 @triton.jit
 def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
              GS: tl.constexpr, IKT: tl.constexpr, BLOCK_N: tl.constexpr, BKO: tl.constexpr,
-             EVEN_K: tl.constexpr, XMODE: tl.constexpr, dt: tl.constexpr):
+             EVEN_K: tl.constexpr, XMODE: tl.constexpr, SZT: tl.constexpr, dt: tl.constexpr):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for an int4 weight in tinygemm's layout
     (`augury.layers.int4_layout`: T = IKT inner k-tiles, super-tiles of 16 T columns) with
     W = (q - 8) * scale + zero per GS columns; sz_ptr: the [G, N] (scale, zero) bf16 pairs as int32.
@@ -264,7 +264,11 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
         s_ok = ks + ko < KSUP
         nxt = ks + BKO + ko < KSUP
         p_next = tl.load(w_rows + (ks + BKO) * SPAN, mask=nxt[None, :], other=0)
-        sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
+        if SZT:  # [N, G]: a thread's words of one row and lane are consecutive groups (GS = 32)
+            sz = tl.load(sz_ptr + rows[:, None] * (K // 32) + (k0 // 32 + ko * (SPAN // 32) + j % HW)[None, :],
+                         mask=s_ok[None, :], other=0)
+        else:
+            sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
         s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
         z = (sz & -65536).to(tl.float32, bitcast=True)
         if XMODE == 2:
@@ -344,7 +348,11 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
     int4 one as `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]
     (`augury.layers.int4_layout`) with bf16 (scale, zero) pairs [K / group_size, N, 2]."""
     if scales_zeros is None:
-        return w.shape[0], w.shape[1], dict(W4=False, GS=1, IKT=2), w
+        return w.shape[0], w.shape[1], dict(W4=False, GS=1, IKT=2, SZT=False), w
+    if scales_zeros.dim() == 2 and scales_zeros.dtype == torch.int32 and group_size == 32:
+        # experimental: the pairs transposed to [N, G] (int32), so a thread's scales are one vector load
+        ikt = 2 * w.shape[3]
+        return 8 * w.shape[0], 16 * ikt * w.shape[1], dict(W4=True, GS=32, IKT=ikt, SZT=True), scales_zeros
     if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8):
         raise ValueError(f"gemv: an int4 weight is tinygemm's int32 [N/8, K/(16T), 32, T/2], got {w.dtype} "
                          f"{tuple(w.shape)}")
@@ -354,7 +362,7 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
             or scales_zeros.dtype != torch.bfloat16 or not w.is_contiguous() or not scales_zeros.is_contiguous():
         raise ValueError(f"gemv: int4 scales must be contiguous bf16 [{k}/group, {n}, 2] with a group of 32-256, "
                          f"got {scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
-    return n, k, dict(W4=True, GS=group_size, IKT=ikt), scales_zeros.view(torch.int32)
+    return n, k, dict(W4=True, GS=group_size, IKT=ikt, SZT=False), scales_zeros.view(torch.int32)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
