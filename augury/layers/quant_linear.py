@@ -358,6 +358,9 @@ class Int4Linear(nn.Module):
         # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
+        # CUDA, group 32: the (scale, zero) pairs again, transposed to int32 [N, G], for the one-row
+        # GEMV (a thread's consecutive groups are one vector load there; +20% of the packed bytes)
+        self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
         # optional resident bf16 copy [N, K] for many-row inputs (CPU prefill); see keep_dense_copy
@@ -418,6 +421,10 @@ class Int4Linear(nn.Module):
         self._pack_native_scales()  # derived from scales_zeros, which the state dict just replaced
 
     def _pack_native_scales(self) -> None:
+        if self._layout == "cuda" and self.group_size == 32 and _INT4_GEMV_ON:
+            self.gemv_scales = self.scales_zeros.view(torch.int32)[..., 0].T.contiguous()
+        else:
+            self.gemv_scales = None
         if self._native:
             from augury.cpu_kernels.int4 import pack_scales
 
@@ -483,13 +490,17 @@ class Int4Linear(nn.Module):
             y = y + self.bias.to(x.dtype)
         return y.reshape(*lead, self.out_features)
 
+    def _gemv_args(self) -> dict:
+        sz = self.gemv_scales if self.gemv_scales is not None else self.scales_zeros
+        return {"w": self.packed, "scales_zeros": sz, "group_size": self.group_size}
+
     def gemv_weight(self) -> dict | None:
         """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight
         (tinygemm's packed bytes, read in place), or None where it cannot: a CPU layout, K or N
         padding or a bias (the fused layer would have to undo them), or `AUGURY_INT4_GEMV=0`."""
         if not (_INT4_GEMV_ON and self._layout == "cuda" and self._plain and self.act_dtype == torch.bfloat16):
             return None
-        return {"w": self.packed, "scales_zeros": self.scales_zeros, "group_size": self.group_size}
+        return self._gemv_args()
 
     def _mm(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [M, K padded], contiguous -> [M, N padded] through this module's packed-weight kernel."""
@@ -498,7 +509,7 @@ class Int4Linear(nn.Module):
             # ~40% of the bandwidth; the Triton GEMV reads the same packed bytes
             from augury.layers.triton_gemv import fused_gemv
 
-            return fused_gemv(x2, self.packed, scales_zeros=self.scales_zeros, group_size=self.group_size)
+            return fused_gemv(x2, **self._gemv_args())
         if self._native:
             return torch.ops.augury_cpu.int4_mm(x2, self.packed, self.native_scales, self.group_size)
         if self._layout == "cpu":

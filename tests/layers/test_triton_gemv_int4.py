@@ -55,8 +55,13 @@ CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 
 @pytest.mark.parametrize("t,gs,n,k,bk", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("xmode", [0, 1, 2])  # x gathered per nibble, permuted in registers, gathered in pairs
-def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xmode):
+@pytest.mark.parametrize("transposed", [False, True])  # scales as tinygemm keeps them, or Int4Linear.gemv_scales
+def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xmode, transposed):
+    if transposed and gs != 32:
+        pytest.skip("transposed scales are for group 32")
     packed, sz, w = _int4(n, k, gs, t, seed=t + n)
+    if transposed:
+        sz = sz.view(torch.int32).squeeze(-1).T.contiguous()
     cfg = GemvConfig(block_n=8, block_k=bk, xmode=xmode)
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
     _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
@@ -125,6 +130,7 @@ def _tinygemm_layout(lin: Int4Linear) -> Int4Linear:
         q = lin.unpack()
         lin._layout, lin._native, lin.native_scales = "cuda", False, None
         lin.packed = int4_layout.pack(q, lin._inner_k_tiles).to(lin.scales_zeros.device)
+        lin._pack_native_scales()  # the GEMV's transposed scales (group 32)
     return lin
 
 
@@ -206,7 +212,9 @@ def test_padded_or_biased_int4_layers_are_not_fused():
     assert _tinygemm_layout(lin).gemv_weight() is None
     lin = Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32)
     assert lin.gemv_weight() is None  # CPU layout
-    assert _tinygemm_layout(lin).gemv_weight()["w"] is lin.packed
+    got = _tinygemm_layout(lin).gemv_weight()
+    assert got["w"] is lin.packed and got["scales_zeros"] is lin.gemv_scales
+    assert torch.equal(lin.gemv_scales.T.contiguous().view(torch.bfloat16), lin.scales_zeros.view(-1, 48 * 2))
 
 
 @here
