@@ -39,7 +39,7 @@ SHAPES = {
 }
 GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3]}
-GRID_INT4 = {"xmode": [2, 0, 1], "block_n": [8, 16, 32, 64], "block_k": [512, 1024, 2048],
+GRID_INT4 = {"xmode": [3, 2, 0], "block_n": [8, 16, 32, 64], "block_k": [512, 1024, 2048],
              "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
@@ -67,7 +67,7 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     n = copies_for(nbytes)
     if int4:
         ws = [_int4_weight(N, K, dev, i) for i in range(n)]
-        if os.environ.get("GEMV_SZT") == "1":  # experiment: scales transposed to [N, G]
+        if os.environ.get("GEMV_SZT", "1") == "1":  # scales transposed to [N, G], as Int4Linear keeps them
             for w in ws:
                 w["sz_t"] = w["scales_zeros"].view(torch.int32).squeeze(-1).T.contiguous()
     else:

@@ -170,9 +170,11 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
-# one-row CUDA products of int4 weights run augury's Triton GEMV on tinygemm's packed bytes
-# (`layers/triton_gemv.py`); AUGURY_INT4_GEMV=0 keeps tinygemm for them (A/B measurements)
-_INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "1") != "0"
+# AUGURY_INT4_GEMV=1: one-row CUDA products of int4 weights run augury's Triton GEMV on tinygemm's
+# packed bytes (`layers/triton_gemv.py`), and the fused decode layer takes int4 projections. Off by
+# default: measured on the H200 (8B, B=1, --compile) it decodes at 254.6 tok/s against tinygemm's
+# 284.8 (the GEMV reads at 32-39% of the bandwidth, tinygemm at 33-44%; docs/benchmarks.md).
+_INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 
 
 @functools.lru_cache(maxsize=1)

@@ -58,8 +58,9 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
-    # int4: how x reaches the words' nibble order: 0 gathered per nibble, 1 read contiguously and
-    # permuted in registers, 2 gathered in column pairs (nibbles b and b + 4 are adjacent columns)
+    # int4: how x reaches the words' nibble order and how nibbles decode: 0 gathered per nibble,
+    # 2 gathered in column pairs (nibbles b and b + 4 are adjacent columns), both exact in fp32
+    # (`_q8`); 3 pairs with the offset decode (`_f12`/`_f16`: fewer instructions, not exact)
     xmode: int = 2
 
 
@@ -69,7 +70,7 @@ def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
     if int4:  # swept on the H200 (gemv_gpu --weights int4 --sweep, transposed scales)
         wide = n >= 16384
         return GemvConfig(block_n=16, block_k=min(1024 if wide else 2048, triton.next_power_of_2(k)), num_warps=4,
-                          num_stages=1, xmode=2 if wide else 0)
+                          num_stages=1, xmode=3)
     return GemvConfig(block_n=8, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
 
 
@@ -213,6 +214,18 @@ def _q8(src, b: tl.constexpr):
 
 
 @triton.jit
+def _f12(src):
+    """Bits 12..15 of each int32 word q as float32 1 + q * 2^-11 (or-ed into 1.0's mantissa)."""
+    return ((src & 0xF000) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _f16(src):
+    """Bits 16..19 of each int32 word q as float32 1 + q * 2^-7."""
+    return ((src & 0xF0000) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _x_up(xv, b: tl.constexpr):
     """xv * 2^(23 - 4b), exact: undoes `_q8`'s scale, so each product is (q - 8) * x."""
     if b == 0:
@@ -254,13 +267,6 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
     acc = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-    if XMODE == 1:
-        # per-b1 constants of `_q8`: the nibble's in-place mask, 1 + 8 * 2^(4 b1 - 23), and 2^(23 - 4 b1)
-        b1 = tl.arange(0, 4)
-        mask4 = 15 << (4 * b1)
-        c4 = ((8 << (4 * b1)) | 0x3F800000).to(tl.float32, bitcast=True)
-        up4 = ((150 - 4 * b1) << 23).to(tl.float32, bitcast=True)
-        kc = tl.arange(0, BKO * SPAN)
     for ks in range(0, KSUP, BKO):
         k0 = ks * SPAN
         s_ok = ks + ko < KSUP
@@ -283,17 +289,33 @@ def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.const
                 xa, xb = tl.split(_x_in(x_ptr, g_ptr, c, s_ok[:, None], K, inv, PRO, dt))
                 xs += xa + xb
                 t += _q8(p, b) * _x_up(xa, b)[None, :] + _q8(hi, b) * _x_up(xb, b)[None, :]
-        elif XMODE == 1:
-            # x read contiguously (the prologue once per column), then permuted in registers to the
-            # words' order: column 32 w + 8 b1 + 2 r + b0 of a super-tile is nibble b = 4 b0 + b1 of
-            # word (r, w), so [ko, w, b1, r, b0] -> [ko, r, w, b0, b1] = [j, b0, b1]
-            xc = _x_in(x_ptr, g_ptr, k0 + kc, k0 + kc < K, K, inv, PRO, dt)
-            xq = tl.reshape(tl.permute(tl.reshape(xc, [BKO, HW, 4, 4, 2]), [0, 3, 1, 4, 2]), [BKO * WR, 2, 4])
-            xs = tl.sum(tl.sum(xq, axis=2), axis=1)
-            pp = tl.join(p, p >> 16)  # [BN, J, 2]: nibbles 0-3 in place, 4-7 shifted down to them
-            f = (((pp[:, :, :, None] & mask4[None, None, None, :]) | 0x3F800000).to(tl.float32, bitcast=True)
-                 - c4[None, None, None, :])
-            t = tl.sum(tl.sum(f * (xq * up4[None, None, :])[None, :, :, :], axis=3), axis=2)
+        elif XMODE == 3:
+            # `_f12` / `_f16`: nibbles moved (4 shifts per word) to bits 12 or 16 and or-ed into 1.0,
+            # f = 1 + q 2^(P - 23); with x' = x 2^(23 - P), f x' = x 2^(23 - P) + q x, and the x
+            # terms (plus 8 x, for q - 8) are subtracted once per word column: one logic op and one
+            # FMA per weight, rounding at ~2^-13 |x| per nibble (the offsets are <= 2^11 x)
+            l12, l8, r8 = p << 12, p << 8, p >> 8
+            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
+            xs = tl.zeros([BKO * WR], dtype=tl.float32)
+            corr = tl.zeros([BKO * WR], dtype=tl.float32)
+            for b in tl.static_range(4):
+                c = (k0 + col + 8 * b)[:, None] + tl.arange(0, 2)[None, :]
+                xa, xb = tl.split(_x_in(x_ptr, g_ptr, c, s_ok[:, None], K, inv, PRO, dt))
+                xs += xa + xb
+                # (nibble b, nibble b + 4) from (p << 12, p), (p << 8, p >> 8), (p << 8, p >> 8), (p, p >> 16)
+                if b == 0:
+                    t += _f12(l12) * (xa * 2048.0)[None, :] + _f16(p) * (xb * 128.0)[None, :]
+                    corr += xa * 2056.0 + xb * 136.0
+                elif b == 1:
+                    t += _f12(l8) * (xa * 2048.0)[None, :] + _f12(r8) * (xb * 2048.0)[None, :]
+                    corr += xa * 2056.0 + xb * 2056.0
+                elif b == 2:
+                    t += _f16(l8) * (xa * 128.0)[None, :] + _f16(r8) * (xb * 128.0)[None, :]
+                    corr += xa * 136.0 + xb * 136.0
+                else:
+                    t += _f12(p) * (xa * 2048.0)[None, :] + _f12(p >> 16) * (xb * 2048.0)[None, :]
+                    corr += xa * 2056.0 + xb * 2056.0
+            t = t - corr[None, :]
         else:
             hi = p >> 16
             t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)

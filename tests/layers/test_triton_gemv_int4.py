@@ -24,6 +24,14 @@ cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.fixture(autouse=True)
+def _int4_gemv_on(monkeypatch):
+    """The int4 GEMV route is opt-in (AUGURY_INT4_GEMV=1); these tests turn it on."""
+    from augury.layers import quant_linear
+
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
+
+
 def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
@@ -46,6 +54,15 @@ def _close(y, ref, dtype):
         torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
 
 
+def _close_offset(y, ref, dtype):
+    """The offset decode (xmode 3) rounds at ~2^-13 |x| per nibble: ~1e-4 of the output in fp32
+    (tinygemm rounds every weight to bf16: ~4e-3)."""
+    if dtype == torch.float32:
+        torch.testing.assert_close(y.float(), ref.float(), atol=2e-4 * ref.abs().max().item(), rtol=0)
+    else:
+        _close(y, ref, dtype)
+
+
 # (T, group, N, K, block_k): several super-tiles per iteration; a ragged last iteration; groups
 # wider than a super-tile and than a word's 32-column block
 CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 64, 8, 256, 128)]
@@ -54,7 +71,7 @@ CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 
 @here
 @pytest.mark.parametrize("t,gs,n,k,bk", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("xmode", [0, 1, 2])  # x gathered per nibble, permuted in registers, gathered in pairs
+@pytest.mark.parametrize("xmode", [0, 2, 3])  # x gathered per nibble, in pairs, in pairs with the offset decode
 @pytest.mark.parametrize("transposed", [False, True])  # scales as tinygemm keeps them, or Int4Linear.gemv_scales
 def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xmode, transposed):
     if transposed and gs != 32:
@@ -63,17 +80,18 @@ def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, b
     if transposed:
         sz = sz.view(torch.int32).squeeze(-1).T.contiguous()
     cfg = GemvConfig(block_n=8, block_k=bk, xmode=xmode)
+    close = _close if xmode != 3 else _close_offset
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
-    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
+    close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
     # norm prologue + residual epilogue
     g, r = _rand(k, seed=2, dtype=dtype), _rand(1, n, seed=3, dtype=dtype)
     xn = (g * F.rms_norm(x.float(), (k,), None, 1e-5).to(dtype)).to(dtype)
     ref = (F.linear(xn.float(), w).to(dtype).float() + r.float())
-    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref, dtype)
+    close(gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref, dtype)
     # silu_mul prologue
     gu = _rand(1, 2 * k, seed=4, dtype=dtype)
     act = (F.silu(gu[:, :k]) * gu[:, k:]).to(dtype)
-    _close(gemv(gu, packed, scales_zeros=sz, group_size=gs, silu_mul=True, cfg=cfg), F.linear(act.float(), w), dtype)
+    close(gemv(gu, packed, scales_zeros=sz, group_size=gs, silu_mul=True, cfg=cfg), F.linear(act.float(), w), dtype)
 
 
 @here
@@ -212,6 +230,12 @@ def test_padded_or_biased_int4_layers_are_not_fused():
     assert _tinygemm_layout(lin).gemv_weight() is None
     lin = Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32)
     assert lin.gemv_weight() is None  # CPU layout
+    from augury.layers import quant_linear
+
+    quant_linear._INT4_GEMV_ON = False  # (the fixture restores it)
+    assert _tinygemm_layout(Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32)).gemv_weight() is None
+    assert lin.gemv_scales is None  # off: no transposed copy either
+    quant_linear._INT4_GEMV_ON = True
     got = _tinygemm_layout(lin).gemv_weight()
     assert got["w"] is lin.packed and got["scales_zeros"] is lin.gemv_scales
     assert torch.equal(lin.gemv_scales.T.contiguous().view(torch.bfloat16), lin.scales_zeros.view(-1, 48 * 2))
