@@ -70,7 +70,7 @@ def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
     if int4:  # swept on the H200 (gemv_gpu --weights int4 --sweep, transposed scales)
         wide = n >= 16384
         return GemvConfig(block_n=16, block_k=min(1024 if wide else 2048, triton.next_power_of_2(k)), num_warps=4,
-                          num_stages=1, xmode=3)
+                          num_stages=1, xmode=3 if wide else 0)
     return GemvConfig(block_n=8, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
 
 
