@@ -31,6 +31,15 @@ than the dtype's precision. The fused layer also differs from the unfused one in
 of the fp32 sums inside the product, and by a few fp32 ulps in the norm's 1/sqrt and SiLU's
 exp (Triton's fast versions).
 
+Int4 weights (`scales_zeros` given): w is an `Int4Linear`'s packed tensor in tinygemm's layout
+(`augury.layers.int4_layout`), read in place, with its bf16 (scale, zero) pairs, or their
+transposed int32 copy `Int4Linear.gemv_scales` (one vector load per thread). `_w4_rows` decodes
+the nibbles without shifts or int-to-float conversions (`_q8`, exact in fp32; or the offset
+decode of `GemvConfig.xmode` 3, `_f12`/`_f16`, one logic op and one FMA per weight, rounding at
+~2^-13 |x| per nibble) and gathers x in the words' column order. Measured slower than tinygemm
+end to end on the H200, so `Int4Linear` only routes to it with AUGURY_INT4_GEMV=1
+(docs/benchmarks.md, eighth session).
+
 Each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
 second kernel, no atomics, so the result is deterministic. Written so it also runs
