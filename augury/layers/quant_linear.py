@@ -173,7 +173,7 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
 # AUGURY_INT4_GEMV=1: one-row CUDA products of int4 weights run augury's Triton GEMV on tinygemm's
 # packed bytes (`layers/triton_gemv.py`), and the fused decode layer takes int4 projections. Off by
 # default: measured on the H200 (8B, B=1, --compile) it decodes at 254.6 tok/s against tinygemm's
-# 284.8 (the GEMV reads at 32-39% of the bandwidth, tinygemm at 33-44%; docs/benchmarks.md).
+# 284.8 (the GEMV reads at 28-40% of the bandwidth, tinygemm at 32-44%; docs/benchmarks.md).
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 
 
@@ -361,7 +361,8 @@ class Int4Linear(nn.Module):
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
         # CUDA, group 32: the (scale, zero) pairs again, transposed to int32 [N, G], for the one-row
-        # GEMV (a thread's consecutive groups are one vector load there; +20% of the packed bytes)
+        # GEMV (a thread's consecutive groups are one vector load there; +25% of the packed nibbles, 20% of
+        # nibbles + scales)
         self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias

@@ -49,7 +49,7 @@ under TRITON_INTERPRET=1 on the CPU (tests).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -382,6 +382,10 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
     (`augury.layers.int4_layout`) with bf16 (scale, zero) pairs [K / group_size, N, 2]."""
     if scales_zeros is None:
         return w.shape[0], w.shape[1], dict(W4=False, GS=1, IKT=2, SZT=False), w
+    if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8) \
+            or not w.is_contiguous():
+        raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2], got "
+                         f"{w.dtype} {tuple(w.shape)}")
     if scales_zeros.dim() == 2 and scales_zeros.dtype == torch.int32 and group_size == 32:
         # the pairs transposed to int32 [N, G] (`Int4Linear.gemv_scales`): a thread's words of one
         # row are consecutive groups, one vector load (measured: gate_up 50 -> 45 us on the H200)
@@ -390,13 +394,10 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
         if scales_zeros.shape != (n, k // 32) or not scales_zeros.is_contiguous():
             raise ValueError(f"gemv: transposed int4 scales must be contiguous int32 [{n}, {k // 32}]")
         return n, k, dict(W4=True, GS=32, IKT=ikt, SZT=True), scales_zeros
-    if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8):
-        raise ValueError(f"gemv: an int4 weight is tinygemm's int32 [N/8, K/(16T), 32, T/2], got {w.dtype} "
-                         f"{tuple(w.shape)}")
     ikt = 2 * w.shape[3]
     n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
     if group_size not in (32, 64, 128, 256) or scales_zeros.shape != (k // group_size, n, 2) \
-            or scales_zeros.dtype != torch.bfloat16 or not w.is_contiguous() or not scales_zeros.is_contiguous():
+            or scales_zeros.dtype != torch.bfloat16 or not scales_zeros.is_contiguous():
         raise ValueError(f"gemv: int4 scales must be contiguous bf16 [{k}/group, {n}, 2] with a group of 32-256, "
                          f"got {scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
     return n, k, dict(W4=True, GS=group_size, IKT=ikt, SZT=False), scales_zeros.view(torch.int32)
@@ -434,9 +435,11 @@ def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tupl
     """`_gemv_kernel` over `programs` programs with the launch parameters of `cfg`, under PDL where
     it is enabled for the device (args[0] is x) unless `pdl` says otherwise."""
     pdl = pdl_enabled(args[0].device) if pdl is None else pdl
-    if consts["W4"] and cfg.block_k % (16 * consts["IKT"]):
-        raise ValueError(f"gemv: an int4 tile takes whole super-tiles of {16 * consts['IKT']} columns, "
-                         f"not block_k={cfg.block_k}")
+    if consts["W4"] and cfg.xmode not in (0, 2, 3):
+        raise ValueError(f"gemv: int4 xmode is 0, 2 or 3, not {cfg.xmode}")
+    if consts["W4"] and (cfg.block_k % (16 * consts["IKT"]) or cfg.block_k & (cfg.block_k - 1)):
+        raise ValueError(f"gemv: an int4 tile takes a power of two of whole super-tiles of {16 * consts['IKT']} "
+                         f"columns, not block_k={cfg.block_k}")
     _gemv_kernel[(programs,)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         XMODE=cfg.xmode,
@@ -459,7 +462,10 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
     N, K, wc, sz = _weight(w, scales_zeros, group_size)
     heads = num_heads + 2 * num_kv_heads
     D = N // heads
-    cfg = cfg or default_config(N, K, wc["W4"])
+    if cfg is None:
+        cfg = default_config(N, K, wc["W4"])
+        if D % cfg.block_n:  # rows go in rope pairs within a head: 8-row blocks fit any D % 8 == 0
+            cfg = replace(cfg, block_n=8)
     if N != heads * D or D % cfg.block_n or cfg.block_n % 2:
         raise ValueError(f"qkv_rope_kv: weight rows {N} are not {heads} heads of a head_dim that splits "
                          f"into {cfg.block_n}-row blocks")

@@ -65,7 +65,8 @@ def _close_offset(y, ref, dtype):
 
 # (T, group, N, K, block_k): several super-tiles per iteration; a ragged last iteration; groups
 # wider than a super-tile and than a word's 32-column block
-CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 64, 8, 256, 128)]
+CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 64, 8, 256, 128),
+         (4, 32, 16, 256, 128), (8, 32, 16, 512, 256), (8, 256, 8, 512, 256)]
 
 
 @here
@@ -233,8 +234,8 @@ def test_padded_or_biased_int4_layers_are_not_fused():
     from augury.layers import quant_linear
 
     quant_linear._INT4_GEMV_ON = False  # (the fixture restores it)
-    assert _tinygemm_layout(Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32)).gemv_weight() is None
-    assert lin.gemv_scales is None  # off: no transposed copy either
+    off = _tinygemm_layout(Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32))
+    assert off.gemv_weight() is None and off.gemv_scales is None  # off: no transposed copy either
     quant_linear._INT4_GEMV_ON = True
     got = _tinygemm_layout(lin).gemv_weight()
     assert got["w"] is lin.packed and got["scales_zeros"] is lin.gemv_scales
@@ -251,6 +252,28 @@ def test_bad_int4_weights_are_refused():
         gemv(x, packed.view(16, -1), scales_zeros=sz, group_size=32)
     with pytest.raises(ValueError, match="super-tiles"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=48))
+    with pytest.raises(ValueError, match="super-tiles"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=96))
+    with pytest.raises(ValueError, match="xmode"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=64, xmode=1))
+    szt = sz.view(torch.int32).squeeze(-1).T.contiguous()
+    with pytest.raises(ValueError, match="tinygemm"):  # transposed scales: the weight is still checked
+        gemv(x, packed.view(16, -1), scales_zeros=szt, group_size=32)
+
+
+@here
+def test_qkv_rope_kv_on_int4_takes_8_row_blocks_where_16_do_not_split_the_head():
+    """head_dim 24: the int4 default of 16-row blocks does not divide it; 8-row blocks do."""
+    H, Hkv, D, hidden = 2, 1, 24, 64
+    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, 2, seed=13)
+    cos, sin = torch.ones(D, device=DEV), torch.zeros(D, device=DEV)
+    k_pool, v_pool = torch.zeros(4, Hkv, D, device=DEV), torch.zeros(4, Hkv, D, device=DEV)
+    x, g = _rand(1, hidden, seed=14), _rand(hidden, seed=15)
+    q = qkv_rope_kv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cos=cos, sin=sin,
+                    k_pool=k_pool, v_pool=v_pool, slot=torch.tensor([1], device=DEV), num_heads=H, num_kv_heads=Hkv)
+    qkv = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5)
+    torch.testing.assert_close(q, qkv[:, : H * D], atol=1e-5, rtol=1e-5)  # cos 1, sin 0: rope is the identity
+    torch.testing.assert_close(v_pool[1].flatten(), qkv[0, (H + Hkv) * D:], atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------- CUDA only
