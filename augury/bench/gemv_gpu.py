@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from augury.layers.int4_layout import transpose_scales
 from augury.bench.kernels_gpu import coordinate_search, copies_for, read_bandwidth, time_calls
 
 # name -> (N, K, prologue, residual), llama3-8b
@@ -69,7 +70,7 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
         ws = [_int4_weight(N, K, dev, i) for i in range(n)]
         if os.environ.get("GEMV_SZT", "1") == "1":  # scales transposed to [N, G], as Int4Linear keeps them
             for w in ws:
-                w["sz_t"] = w["scales_zeros"].view(torch.int32).squeeze(-1).T.contiguous()
+                w["sz_t"] = transpose_scales(w["scales_zeros"])
     else:
         ws = [{"w": torch.randn(N, K, device=dev, dtype=dt) * 0.02} for _ in range(n)]
     kin = 2 * K if pro == "silu_mul" else K

@@ -17,14 +17,13 @@ Triton interpreter through `FORCE`.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
 from torch import nn
 
 from augury.layers.norm import RMSNorm
-from augury.layers.quant_linear import Int4Linear
+from augury.layers.quant_linear import Int4Linear, gemv_kernels_ok
 
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
@@ -33,16 +32,6 @@ _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K
 
 def _on() -> bool:
     return _ENV_ON if FORCE is None else FORCE
-
-
-@functools.lru_cache(maxsize=1)
-def _kernels_ok() -> bool:
-    """Whether the Triton kernel module imports here (no triton: the unfused modules serve)."""
-    try:
-        import augury.layers.triton_gemv  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 def _weight(lin: nn.Module, dtype: torch.dtype) -> dict | None:
@@ -68,7 +57,7 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
     if h.device.type != "cuda" and not (FORCE and os.environ.get("TRITON_INTERPRET") == "1"):
         return False
     # (compiled CUDA graphs need triton anyway: inductor writes its GPU kernels in it)
-    if not torch.compiler.is_compiling() and not _kernels_ok():
+    if not torch.compiler.is_compiling() and not gemv_kernels_ok():
         return False
     attn, mlp = layer.self_attn, layer.mlp
     return (h.dtype in (torch.bfloat16, torch.float16, torch.float32)

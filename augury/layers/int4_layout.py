@@ -53,6 +53,12 @@ def pack(q: torch.Tensor, inner_k_tiles: int) -> torch.Tensor:
     return words.reshape(n // 8, k // span, 32, inner_k_tiles // 2).contiguous()
 
 
+def transpose_scales(scales_zeros: torch.Tensor) -> torch.Tensor:
+    """tinygemm's bf16 (scale, zero) pairs [G, N, 2] -> the same pairs as int32 [N, G] (the one-row
+    GEMV's order: a row's consecutive groups are one vector load)."""
+    return scales_zeros.view(torch.int32)[..., 0].T.contiguous()
+
+
 def unpack(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of `pack`: tinygemm's int32 layout -> q [N, K] uint8."""
     nt, s, _, half = packed.shape

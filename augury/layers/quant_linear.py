@@ -139,8 +139,7 @@ def unpack_int4(packed: torch.Tensor, layout: str, inner_k_tiles: int, n: int, k
         from augury.layers import int4_layout
 
         return int4_layout.unpack(packed.cpu())[:n, :k]
-    dev = torch.device("cuda") if layout == "cuda" else torch.device("cpu")
-    src = _nibble_sources(_pack_fn(layout, inner_k_tiles), n, k, dev)
+    src = _nibble_sources(_pack_fn(layout, inner_k_tiles), n, k, torch.device("cpu"))
     q = torch.empty(n * k, dtype=torch.uint8)
     q[src] = _nibbles(packed.cpu())
     return q.view(n, k)
@@ -178,8 +177,9 @@ _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 
 
 @functools.lru_cache(maxsize=1)
-def _gemv_ok() -> bool:
-    """Whether the Triton GEMV imports here (no triton: tinygemm serves every row count)."""
+def gemv_kernels_ok() -> bool:
+    """Whether the Triton GEMV (`layers/triton_gemv.py`) imports here. Without triton, tinygemm serves
+    every int4 row count and the fused decode layer stays off."""
     try:
         import augury.layers.triton_gemv  # noqa: F401
     except Exception:
@@ -425,7 +425,9 @@ class Int4Linear(nn.Module):
 
     def _pack_native_scales(self) -> None:
         if self._layout == "cuda" and self.group_size == 32 and _INT4_GEMV_ON:
-            self.gemv_scales = self.scales_zeros.view(torch.int32)[..., 0].T.contiguous()
+            from augury.layers import int4_layout
+
+            self.gemv_scales = int4_layout.transpose_scales(self.scales_zeros)
         else:
             self.gemv_scales = None
         if self._native:
@@ -507,7 +509,7 @@ class Int4Linear(nn.Module):
 
     def _mm(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [M, K padded], contiguous -> [M, N padded] through this module's packed-weight kernel."""
-        if x2.shape[0] == 1 and self._layout == "cuda" and _INT4_GEMV_ON and _gemv_ok():
+        if x2.shape[0] == 1 and self._layout == "cuda" and _INT4_GEMV_ON and gemv_kernels_ok():
             # one row: a weight stream, where tinygemm (a tensor-core GEMM padding M to 16) reads at
             # ~40% of the bandwidth; the Triton GEMV reads the same packed bytes
             from augury.layers.triton_gemv import fused_gemv

@@ -386,16 +386,14 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
             or not w.is_contiguous():
         raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2], got "
                          f"{w.dtype} {tuple(w.shape)}")
+    ikt = 2 * w.shape[3]
+    n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
     if scales_zeros.dim() == 2 and scales_zeros.dtype == torch.int32 and group_size == 32:
         # the pairs transposed to int32 [N, G] (`Int4Linear.gemv_scales`): a thread's words of one
         # row are consecutive groups, one vector load (measured: gate_up 50 -> 45 us on the H200)
-        ikt = 2 * w.shape[3]
-        n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
         if scales_zeros.shape != (n, k // 32) or not scales_zeros.is_contiguous():
             raise ValueError(f"gemv: transposed int4 scales must be contiguous int32 [{n}, {k // 32}]")
         return n, k, dict(W4=True, GS=32, IKT=ikt, SZT=True), scales_zeros
-    ikt = 2 * w.shape[3]
-    n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
     if group_size not in (32, 64, 128, 256) or scales_zeros.shape != (k // group_size, n, 2) \
             or scales_zeros.dtype != torch.bfloat16 or not scales_zeros.is_contiguous():
         raise ValueError(f"gemv: int4 scales must be contiguous bf16 [{k}/group, {n}, 2] with a group of 32-256, "

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from augury.bench.roofline import weight_bytes
+from augury.layers.int4_layout import transpose_scales
 from augury.layers.quant_linear import Int4Linear
 
 
@@ -24,6 +25,6 @@ def test_derived_scale_copies_are_not_counted_twice():
     eng = SimpleNamespace(loaded=SimpleNamespace(model=m))
     want = m.proj.packed.nbytes + m.proj.scales_zeros.nbytes + m.lm_head.weight.nbytes  # not the embedding
     assert weight_bytes(eng) == want
-    m.proj.gemv_scales = m.proj.scales_zeros.view(torch.int32)[..., 0].T.contiguous()  # as on CUDA, opted in
+    m.proj.gemv_scales = transpose_scales(m.proj.scales_zeros)  # as on CUDA, opted in
     m.proj.native_scales = torch.zeros(100)  # the CPU kernel's packed scales
     assert weight_bytes(eng) == want

@@ -79,7 +79,7 @@ def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, b
         pytest.skip("transposed scales are for group 32")
     packed, sz, w = _int4(n, k, gs, t, seed=t + n)
     if transposed:
-        sz = sz.view(torch.int32).squeeze(-1).T.contiguous()
+        sz = int4_layout.transpose_scales(sz)
     cfg = GemvConfig(block_n=8, block_k=bk, xmode=xmode)
     close = _close if xmode != 3 else _close_offset
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
@@ -256,7 +256,7 @@ def test_bad_int4_weights_are_refused():
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=96))
     with pytest.raises(ValueError, match="xmode"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=64, xmode=1))
-    szt = sz.view(torch.int32).squeeze(-1).T.contiguous()
+    szt = int4_layout.transpose_scales(sz)
     with pytest.raises(ValueError, match="tinygemm"):  # transposed scales: the weight is still checked
         gemv(x, packed.view(16, -1), scales_zeros=szt, group_size=32)
 
