@@ -40,8 +40,9 @@ SHAPES = {
 }
 GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3]}
-GRID_INT4 = {"xmode": [3, 2, 0], "block_n": [8, 16, 32, 64], "block_k": [512, 1024, 2048],
-             "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]}
+# int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
+GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
+           "num_warps": [4, 8, 2]}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
 
@@ -60,6 +61,7 @@ def _log(msg: str) -> None:
 
 
 def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: float, int4: bool = False) -> dict:
+    from augury.layers import triton_gemv_w4
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv
 
     N, K, pro, res = SHAPES[name]
@@ -68,9 +70,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     n = copies_for(nbytes)
     if int4:
         ws = [_int4_weight(N, K, dev, i) for i in range(n)]
-        if os.environ.get("GEMV_SZT", "1") == "1":  # scales transposed to [N, G], as Int4Linear keeps them
-            for w in ws:
-                w["sz_t"] = transpose_scales(w["scales_zeros"])
+        for w in ws:  # the GEMV reads the scales transposed to [N, G], as Int4Linear keeps them
+            w["sz_t"] = transpose_scales(w["scales_zeros"])
     else:
         ws = [{"w": torch.randn(N, K, device=dev, dtype=dt) * 0.02} for _ in range(n)]
     kin = 2 * K if pro == "silu_mul" else K
@@ -103,7 +104,7 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     del w32
 
     t_cublas = time_calls([lambda w=w: unfused(w) for w in ws], dev)
-    cfg0 = default_config(N, K, int4)
+    cfg0 = triton_gemv_w4.default_config(N, K, 8) if int4 else default_config(N, K)
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
     t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
     row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
@@ -114,10 +115,10 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
            "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw}
     if sweep:
         def evaluate(p: dict) -> float:
-            cfg = GemvConfig(**p)
+            cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
             return time_calls([lambda w=w: fused(w, cfg) for w in ws], dev, reps=7)
 
-        best, best_t, tried = coordinate_search(GRID_INT4 if int4 else GRID, dict(cfg0.__dict__), evaluate,
+        best, best_t, tried = coordinate_search(GRID_W4 if int4 else GRID, dict(cfg0.__dict__), evaluate,
                                                 deadline)
         row.update(best_config=best, fused_best_us=best_t, fused_best_frac_bw=nbytes / (best_t * 1e-6) / bw,
                    tried=tried)

@@ -424,7 +424,7 @@ class Int4Linear(nn.Module):
         self._pack_native_scales()  # derived from scales_zeros, which the state dict just replaced
 
     def _pack_native_scales(self) -> None:
-        if self._layout == "cuda" and self.group_size == 32 and _INT4_GEMV_ON:
+        if self._layout == "cuda" and _INT4_GEMV_ON:
             from augury.layers import int4_layout
 
             self.gemv_scales = int4_layout.transpose_scales(self.scales_zeros)
@@ -496,8 +496,7 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _gemv_args(self) -> dict:
-        sz = self.gemv_scales if self.gemv_scales is not None else self.scales_zeros
-        return {"w": self.packed, "scales_zeros": sz, "group_size": self.group_size}
+        return {"w": self.packed, "scales_zeros": self.gemv_scales, "group_size": self.group_size}
 
     def gemv_weight(self) -> dict | None:
         """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight

@@ -31,14 +31,10 @@ than the dtype's precision. The fused layer also differs from the unfused one in
 of the fp32 sums inside the product, and by a few fp32 ulps in the norm's 1/sqrt and SiLU's
 exp (Triton's fast versions).
 
-Int4 weights (`scales_zeros` given): w is an `Int4Linear`'s packed tensor in tinygemm's layout
-(`augury.layers.int4_layout`), read in place, with its bf16 (scale, zero) pairs, or their
-transposed int32 copy `Int4Linear.gemv_scales` (one vector load per thread). `_w4_rows` decodes
-the nibbles without shifts or int-to-float conversions (`_q8`, exact in fp32; or the offset
-decode of `GemvConfig.xmode` 3, `_f12`/`_f16`, one logic op and one FMA per weight, rounding at
-~2^-13 |x| per nibble) and gathers x in the words' column order. Measured slower than tinygemm
-end to end on the H200, so `Int4Linear` only routes to it with AUGURY_INT4_GEMV=1
-(docs/benchmarks.md, eighth session).
+Int4 weights (`scales_zeros` given) go to `augury.layers.triton_gemv_w4`: a split-K kernel that
+reads an `Int4Linear`'s packed bytes in place (tinygemm's layout) with the same prologues and
+epilogues. `Int4Linear` only routes to it with AUGURY_INT4_GEMV=1 (docs/benchmarks.md, ninth
+session: on par with tinygemm end to end on the H200).
 
 Each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
@@ -67,19 +63,10 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
-    # int4: how x reaches the words' nibble order and how nibbles decode: 0 gathered per nibble,
-    # 2 gathered in column pairs (nibbles b and b + 4 are adjacent columns), both exact in fp32
-    # (`_q8`); 3 pairs with the offset decode (`_f12`/`_f16`: fewer instructions, not exact)
-    xmode: int = 2
 
 
-def default_config(n: int, k: int, int4: bool = False) -> GemvConfig:
-    """Launch parameters from (N, K) and the weight's kind alone (a captured step always launches
-    the same grid). int4: block_k columns are whole super-tiles of tinygemm's layout."""
-    if int4:  # swept on the H200 (gemv_gpu --weights int4 --sweep, transposed scales)
-        wide = n >= 16384
-        return GemvConfig(block_n=16, block_k=min(1024 if wide else 2048, triton.next_power_of_2(k)), num_warps=4,
-                          num_stages=1, xmode=3 if wide else 0)
+def default_config(n: int, k: int) -> GemvConfig:
+    """Launch parameters from (N, K) alone (a captured step always launches the same grid)."""
     return GemvConfig(block_n=8, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
 
 
@@ -108,12 +95,11 @@ def _rnd(x, dt: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr,
+    x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    W4: tl.constexpr, GS: tl.constexpr, IKT: tl.constexpr, XMODE: tl.constexpr, SZT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -129,12 +115,8 @@ def _gemv_kernel(
     n_ok = rows < N
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
     dt = y_ptr.dtype.element_ty
-    if W4:
-        acc = _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows_c, N, K, eps, norm_k, PRO=PRO, PDL=PDL, GS=GS,
-                       IKT=IKT, BLOCK_N=BLOCK_N, BKO=BLOCK_K // (16 * IKT), EVEN_K=EVEN_K, XMODE=XMODE, SZT=SZT, dt=dt)
-    else:
-        acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
-                          BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
+    acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, dt=dt)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -206,144 +188,6 @@ def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constex
 
 
 @triton.jit
-def _q8(src, b: tl.constexpr):
-    """Nibble b (bits 4b..4b+3, b < 4) of each int32 word as float32 (q - 8) * 2^(4b - 23), exactly:
-    or-ing the nibble, in place, into the mantissa of 1.0 gives 1 + q * 2^(4b - 23), and
-    subtracting 1 + 8 * 2^(4b - 23) (same exponent: exact) leaves the rest. One logic op and one
-    add per weight, no shift and no int-to-float conversion: Hopper issues integer ops at half
-    the float rate, and the shift-and-convert form made the int4 product ALU-bound."""
-    if b == 0:
-        return ((src & 0xF) | 0x3F800000).to(tl.float32, bitcast=True) - 1.00000095367431640625
-    elif b == 1:
-        return ((src & 0xF0) | 0x3F800000).to(tl.float32, bitcast=True) - 1.0000152587890625
-    elif b == 2:
-        return ((src & 0xF00) | 0x3F800000).to(tl.float32, bitcast=True) - 1.000244140625
-    else:
-        return ((src & 0xF000) | 0x3F800000).to(tl.float32, bitcast=True) - 1.00390625
-
-
-@triton.jit
-def _f12(src):
-    """Bits 12..15 of each int32 word q as float32 1 + q * 2^-11 (or-ed into 1.0's mantissa)."""
-    return ((src & 0xF000) | 0x3F800000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _f16(src):
-    """Bits 16..19 of each int32 word q as float32 1 + q * 2^-7."""
-    return ((src & 0xF0000) | 0x3F800000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _x_up(xv, b: tl.constexpr):
-    """xv * 2^(23 - 4b), exact: undoes `_q8`'s scale, so each product is (q - 8) * x."""
-    if b == 0:
-        return xv * 8388608.0
-    elif b == 1:
-        return xv * 524288.0
-    elif b == 2:
-        return xv * 32768.0
-    else:
-        return xv * 2048.0
-
-
-@triton.jit
-def _w4_rows(w_ptr, sz_ptr, x_ptr, g_ptr, rows, N, K, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
-             GS: tl.constexpr, IKT: tl.constexpr, BLOCK_N: tl.constexpr, BKO: tl.constexpr,
-             EVEN_K: tl.constexpr, XMODE: tl.constexpr, SZT: tl.constexpr, dt: tl.constexpr):
-    """sum_k W[rows, k] * prologue(x)[k] in fp32 for an int4 weight in tinygemm's layout
-    (`augury.layers.int4_layout`: T = IKT inner k-tiles, super-tiles of 16 T columns) with
-    W = (q - 8) * scale + zero per GS columns; sz_ptr: the [G, N] (scale, zero) bf16 pairs as int32.
-    Each iteration takes BKO super-tiles: per row 2 T * BKO words, contiguous per super-tile."""
-    WR: tl.constexpr = 2 * IKT  # words per row per super-tile
-    SPAN: tl.constexpr = 16 * IKT  # columns per super-tile (= words per 8-row block of one)
-    HW: tl.constexpr = IKT // 2
-    KSUP = K // SPAN
-    j = tl.arange(0, BKO * WR)
-    ko = j // WR
-    r = (j % WR) // HW
-    col0 = ko * SPAN + 32 * (j % HW)  # first column of each word's 32-column block (its group)
-    col = col0 + 2 * r  # column of nibble 0
-    w_rows = w_ptr + ((rows // 8).to(tl.int64) * KSUP * SPAN + (rows % 8) * WR)[:, None] + (ko * SPAN + j % WR)[None, :]
-    if EVEN_K:
-        p = tl.load(w_rows)
-    else:
-        p = tl.load(w_rows, mask=(ko < KSUP)[None, :], other=0)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    inv = 1.0
-    if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
-    acc = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-    for ks in range(0, KSUP, BKO):
-        k0 = ks * SPAN
-        s_ok = ks + ko < KSUP
-        nxt = ks + BKO + ko < KSUP
-        p_next = tl.load(w_rows + (ks + BKO) * SPAN, mask=nxt[None, :], other=0)
-        if SZT:  # [N, G]: a thread's words of one row and lane are consecutive groups (GS = 32)
-            sz = tl.load(sz_ptr + rows[:, None] * (K // 32) + (k0 // 32 + ko * (SPAN // 32) + j % HW)[None, :],
-                         mask=s_ok[None, :], other=0)
-        else:
-            sz = tl.load(sz_ptr + ((k0 + col0) // GS)[None, :] * N + rows[:, None], mask=s_ok[None, :], other=0)
-        s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
-        z = (sz & -65536).to(tl.float32, bitcast=True)
-        if XMODE == 2:
-            hi = p >> 16
-            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-            xs = tl.zeros([BKO * WR], dtype=tl.float32)
-            for b in tl.static_range(4):
-                # nibbles b and b + 4 hold columns c and c + 1: one two-wide load for both
-                c = (k0 + col + 8 * b)[:, None] + tl.arange(0, 2)[None, :]
-                xa, xb = tl.split(_x_in(x_ptr, g_ptr, c, s_ok[:, None], K, inv, PRO, dt))
-                xs += xa + xb
-                t += _q8(p, b) * _x_up(xa, b)[None, :] + _q8(hi, b) * _x_up(xb, b)[None, :]
-        elif XMODE == 3:
-            # `_f12` / `_f16`: nibbles moved (4 shifts per word) to bits 12 or 16 and or-ed into 1.0,
-            # f = 1 + q 2^(P - 23); with x' = x 2^(23 - P), f x' = x 2^(23 - P) + q x, and the x
-            # terms (plus 8 x, for q - 8) are subtracted once per word column: one logic op and one
-            # FMA per weight, rounding at ~2^-13 |x| per nibble (the offsets are <= 2^11 x)
-            l12, l8, r8 = p << 12, p << 8, p >> 8
-            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-            xs = tl.zeros([BKO * WR], dtype=tl.float32)
-            corr = tl.zeros([BKO * WR], dtype=tl.float32)
-            for b in tl.static_range(4):
-                c = (k0 + col + 8 * b)[:, None] + tl.arange(0, 2)[None, :]
-                xa, xb = tl.split(_x_in(x_ptr, g_ptr, c, s_ok[:, None], K, inv, PRO, dt))
-                xs += xa + xb
-                # (nibble b, nibble b + 4) from (p << 12, p), (p << 8, p >> 8), (p << 8, p >> 8), (p, p >> 16)
-                if b == 0:
-                    t += _f12(l12) * (xa * 2048.0)[None, :] + _f16(p) * (xb * 128.0)[None, :]
-                    corr += xa * 2056.0 + xb * 136.0
-                elif b == 1:
-                    t += _f12(l8) * (xa * 2048.0)[None, :] + _f12(r8) * (xb * 2048.0)[None, :]
-                    corr += xa * 2056.0 + xb * 2056.0
-                elif b == 2:
-                    t += _f16(l8) * (xa * 128.0)[None, :] + _f16(r8) * (xb * 128.0)[None, :]
-                    corr += xa * 136.0 + xb * 136.0
-                else:
-                    t += _f12(p) * (xa * 2048.0)[None, :] + _f12(p >> 16) * (xb * 2048.0)[None, :]
-                    corr += xa * 2056.0 + xb * 2056.0
-            t = t - corr[None, :]
-        else:
-            hi = p >> 16
-            t = tl.zeros([BLOCK_N, BKO * WR], dtype=tl.float32)
-            xs = tl.zeros([BKO * WR], dtype=tl.float32)
-            for b in tl.static_range(8):
-                # nibble b holds column col + (b >> 2) + 8 (b & 3); _q8 leaves it scaled by 2^(4b' - 23)
-                c = k0 + col + (b >> 2) + 8 * (b & 3)
-                xv = _x_in(x_ptr, g_ptr, c, s_ok, K, inv, PRO, dt)
-                xs += xv
-                if b < 4:
-                    t += _q8(p, b) * _x_up(xv, b)[None, :]
-                else:
-                    t += _q8(hi, b - 4) * _x_up(xv, b - 4)[None, :]
-        acc += t * s + z * xs[None, :]
-        p = p_next
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
 def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
     """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
@@ -376,71 +220,75 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
     tl.store(v_dst + HALF, b.to(vp_ptr.dtype.element_ty), mask=is_v)
 
 
-def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int):
-    """(N, K, kernel constants, scale tensor) for a plain [N, K] weight (scales_zeros None) or an
-    int4 one as `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]
-    (`augury.layers.int4_layout`) with bf16 (scale, zero) pairs [K / group_size, N, 2]."""
+def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int) -> tuple[int, int, dict | None]:
+    """(N, K, int4) for a plain [N, K] weight (scales_zeros None; int4 None) or an int4 one as
+    `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]
+    (`augury.layers.int4_layout`) with its (scale, zero) pairs transposed to int32 [N, K / group_size]
+    (`Int4Linear.gemv_scales`, `int4_layout.transpose_scales`)."""
     if scales_zeros is None:
-        return w.shape[0], w.shape[1], dict(W4=False, GS=1, IKT=2, SZT=False), w
+        return w.shape[0], w.shape[1], None
     if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8) \
             or not w.is_contiguous():
         raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2], got "
                          f"{w.dtype} {tuple(w.shape)}")
     ikt = 2 * w.shape[3]
     n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
-    if scales_zeros.dim() == 2 and scales_zeros.dtype == torch.int32 and group_size == 32:
-        # the pairs transposed to int32 [N, G] (`Int4Linear.gemv_scales`): a thread's words of one
-        # row are consecutive groups, one vector load (measured: gate_up 50 -> 45 us on the H200)
-        if scales_zeros.shape != (n, k // 32) or not scales_zeros.is_contiguous():
-            raise ValueError(f"gemv: transposed int4 scales must be contiguous int32 [{n}, {k // 32}]")
-        return n, k, dict(W4=True, GS=32, IKT=ikt, SZT=True), scales_zeros
-    if group_size not in (32, 64, 128, 256) or scales_zeros.shape != (k // group_size, n, 2) \
-            or scales_zeros.dtype != torch.bfloat16 or not scales_zeros.is_contiguous():
-        raise ValueError(f"gemv: int4 scales must be contiguous bf16 [{k}/group, {n}, 2] with a group of 32-256, "
-                         f"got {scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
-    return n, k, dict(W4=True, GS=group_size, IKT=ikt, SZT=False), scales_zeros.view(torch.int32)
+    if group_size not in (32, 64, 128, 256) or scales_zeros.dtype != torch.int32 \
+            or scales_zeros.shape != (n, k // group_size) or not scales_zeros.is_contiguous():
+        raise ValueError(f"gemv: int4 scales must be the (scale, zero) pairs transposed to contiguous int32 "
+                         f"[{n}, {k}/group] (int4_layout.transpose_scales) with a group of 32-256, got "
+                         f"{scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
+    return n, k, dict(scales=scales_zeros, group_size=group_size, ikt=ikt)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
          silu_mul: bool = False, residual: torch.Tensor | None = None,
          scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-         cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+         cfg=None, pdl: bool | None = None) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
     residual: [1, N], added to the rounded product.
-    scales_zeros / group_size: w is an int4 weight in tinygemm's layout (see `_weight`)."""
+    scales_zeros / group_size: w is an int4 weight in tinygemm's layout (see `_weight`).
+    cfg: a `GemvConfig`, or for int4 a `triton_gemv_w4.W4SplitConfig`."""
     if norm_weight is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
-    N, K, wc, sz = _weight(w, scales_zeros, group_size)
+    N, K, w4 = _weight(w, scales_zeros, group_size)
     if x.shape[-1] != (2 * K if silu_mul else K):
         raise ValueError(f"gemv: x has {x.shape[-1]} columns, weight [{N}, {K}] needs "
                          f"{2 * K if silu_mul else K}")
     x = x.contiguous()
-    cfg = cfg or default_config(N, K, wc["W4"])
     y = torch.empty((1, N), dtype=x.dtype, device=x.device)
     pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
-    _launch(triton.cdiv(N, cfg.block_n), cfg, pdl, K,
-            (x, g, w, sz, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
-            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, **wc)
+    _launch(cfg, pdl, w4, (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
+            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
     return y
 
 
-def _launch(programs: int, cfg: GemvConfig, pdl: bool | None, k: int, args: tuple, **consts) -> None:
-    """`_gemv_kernel` over `programs` programs with the launch parameters of `cfg`, under PDL where
-    it is enabled for the device (args[0] is x) unless `pdl` says otherwise."""
+def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, **consts) -> None:
+    """`_gemv_kernel` over N / block_n programs with the launch parameters of `cfg`, under PDL where
+    it is enabled for the device (args[0] is x) unless `pdl` says otherwise; int4 weights (w4) go
+    to the split-K kernel of `triton_gemv_w4` (cfg: its `W4SplitConfig`)."""
     pdl = pdl_enabled(args[0].device) if pdl is None else pdl
-    if consts["W4"] and cfg.xmode not in (0, 2, 3):
-        raise ValueError(f"gemv: int4 xmode is 0, 2 or 3, not {cfg.xmode}")
-    if consts["W4"] and (cfg.block_k % (16 * consts["IKT"]) or cfg.block_k & (cfg.block_k - 1)):
-        raise ValueError(f"gemv: an int4 tile takes a power of two of whole super-tiles of {16 * consts['IKT']} "
-                         f"columns, not block_k={cfg.block_k}")
-    _gemv_kernel[(programs,)](
+    if w4 is not None:
+        from augury.layers import triton_gemv_w4  # it imports this module's helpers
+
+        if cfg is not None and not isinstance(cfg, triton_gemv_w4.W4SplitConfig):
+            raise ValueError("gemv: int4 weights take a triton_gemv_w4.W4SplitConfig")
+        x, g, w, r, y, n, k = args[:7]
+        triton_gemv_w4.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
+                              residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
+                              group_size=w4["group_size"], ikt=w4["ikt"], cfg=cfg, pdl=pdl)
+        return
+    n, k = args[5], args[6]
+    cfg = cfg or default_config(n, k)
+    if not isinstance(cfg, GemvConfig):
+        raise ValueError("gemv: a plain weight takes a GemvConfig")
+    _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
-        XMODE=cfg.xmode,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 
@@ -449,7 +297,7 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
                 cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                 slot: torch.Tensor, num_heads: int, num_kv_heads: int,
                 scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-                cfg: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+                cfg=None, pdl: bool | None = None) -> torch.Tensor:
     """The qkv projection of one token with everything up to attention in its epilogue:
     x [1, hidden] -> q [1, H * D], rope applied; this token's K (rope applied) and V are written
     into row `slot[0]` of k_pool / v_pool [num_slots, Hkv, D] (what `paged_attention` does with
@@ -457,16 +305,17 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
     (or its int4 form, as for `gemv`); the input norm is the prologue, as for
     `gemv(norm_weight=...)`. cos / sin_signed: this position's rope rows [D] (`RotaryEmbedding`),
     in x's dtype."""
-    N, K, wc, sz = _weight(w, scales_zeros, group_size)
+    N, K, w4 = _weight(w, scales_zeros, group_size)
     heads = num_heads + 2 * num_kv_heads
     D = N // heads
-    if cfg is None:
-        cfg = default_config(N, K, wc["W4"])
+    if cfg is None and w4 is None:
+        cfg = default_config(N, K)
         if D % cfg.block_n:  # rows go in rope pairs within a head: 8-row blocks fit any D % 8 == 0
             cfg = replace(cfg, block_n=8)
-    if N != heads * D or D % cfg.block_n or cfg.block_n % 2:
+    block = 8 if w4 is not None else cfg.block_n  # int4: the split kernel takes whole heads, D % 8 == 0
+    if N != heads * D or D % block or block % 2:
         raise ValueError(f"qkv_rope_kv: weight rows {N} are not {heads} heads of a head_dim that splits "
-                         f"into {cfg.block_n}-row blocks")
+                         f"into {block}-row blocks")
     if x.shape[-1] != K or cos.numel() != D or sin.numel() != D:
         raise ValueError("qkv_rope_kv: x, cos or sin does not match the weight")
     for pool in (k_pool, v_pool):
@@ -474,11 +323,11 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
             raise ValueError(f"qkv_rope_kv: pools must be [slots, {num_kv_heads}, {D}] with unit stride")
     x = x.contiguous()
     q = torch.empty((1, num_heads * D), dtype=x.dtype, device=x.device)
-    _launch(N // cfg.block_n, cfg, pdl, K,
-            (x, norm_weight.contiguous(), w, sz, q, q, N, K, w.stride(0), float(eps), float(K),
+    _launch(cfg, pdl, w4,
+            (x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
              cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot, k_pool.stride(0), k_pool.stride(1),
              v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads),
-            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2, **wc)
+            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
     return q
 
 

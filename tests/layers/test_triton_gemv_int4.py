@@ -1,5 +1,6 @@
-"""The one-row GEMV on int4 weights in tinygemm's layout equals the dequantized product; a fused
-Llama layer with `Int4Linear` projections equals its unfused ops, eager and compiled.
+"""The one-row split-K GEMV on int4 weights in tinygemm's layout (`triton_gemv_w4`) equals the
+dequantized product; a fused Llama layer with `Int4Linear` projections equals its unfused ops,
+eager and compiled.
 
 Runs under TRITON_INTERPRET=1 on the CPU (small shapes); on a CUDA machine the same checks run
 compiled, plus the 8B shapes against tinygemm and a captured CUDA graph."""
@@ -17,7 +18,9 @@ CPU, FRESH = interpreter()
 
 from augury.layers import fused_decode, int4_layout  # noqa: E402
 from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
+from augury.layers import triton_gemv_w4  # noqa: E402
 from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv  # noqa: E402
+from augury.layers.triton_gemv_w4 import W4SplitConfig as W4  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
 cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
@@ -38,12 +41,14 @@ def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
 
 
 def _int4(n, k, gs, t, seed):
-    """-> (packed, scales_zeros, w): a random weight's int4 form in tinygemm's layout with T = t inner
-    k-tiles, and the fp32 weight it stands for (scale/zero rounded to bf16, as stored)."""
+    """-> (packed, scales, w): a random weight's int4 form in tinygemm's layout with T = t inner
+    k-tiles, its (scale, zero) pairs transposed to int32 [N, G] (what the GEMV reads,
+    `Int4Linear.gemv_scales`), and the fp32 weight it stands for (scale/zero rounded to bf16)."""
     w = _rand(n, k, seed=seed, scale=0.1).float().cpu()
     q, s, z = quantize_int4(w, gs)
     sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()
-    return int4_layout.pack(q, t).to(DEV), sz.to(DEV), dequantize_int4(q, s, z, gs).to(DEV)
+    return (int4_layout.pack(q, t).to(DEV), int4_layout.transpose_scales(sz).to(DEV),
+            dequantize_int4(q, s, z, gs).to(DEV))
 
 
 def _close(y, ref, dtype):
@@ -54,63 +59,62 @@ def _close(y, ref, dtype):
         torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
 
 
-def _close_offset(y, ref, dtype):
-    """The offset decode (xmode 3) rounds at ~2^-13 |x| per nibble: ~1e-4 of the output in fp32
-    (tinygemm rounds every weight to bf16: ~4e-3)."""
-    if dtype == torch.float32:
-        torch.testing.assert_close(y.float(), ref.float(), atol=2e-4 * ref.abs().max().item(), rtol=0)
-    else:
-        _close(y, ref, dtype)
-
-
-# (T, group, N, K, block_k): several super-tiles per iteration; a ragged last iteration; groups
-# wider than a super-tile and than a word's 32-column block
-CASES = [(2, 32, 16, 128, 64), (2, 32, 24, 96, 64), (4, 128, 16, 256, 128), (8, 64, 8, 256, 128),
-         (4, 32, 16, 256, 128), (8, 32, 16, 512, 256), (8, 256, 8, 512, 256)]
+# (T, group, N, K, config): several K slices, a ragged last slice (super-tiles past K masked), a
+# slice wider than K; several row tiles per chunk, a ragged last chunk; groups wider than a word's
+# 32-column block and than a super-tile; the shape-based default
+CASES = [(2, 32, 16, 128, W4(8, 2, 16, 4)), (2, 32, 24, 96, W4(8, 2, 16, 4)), (2, 32, 16, 64, W4(8, 4, 16, 4)),
+         (4, 128, 16, 256, W4(8, 1, 16, 4)), (8, 64, 8, 256, W4(8, 2, 8, 4)), (4, 32, 16, 256, W4(16, 4, 16, 2)),
+         (8, 32, 16, 512, W4(8, 2, 16, 4)), (8, 256, 8, 512, W4(8, 1, 8, 4)), (8, 32, 40, 1024, None)]
 
 
 @here
-@pytest.mark.parametrize("t,gs,n,k,bk", CASES)
+@pytest.mark.parametrize("t,gs,n,k,cfg", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("xmode", [0, 2, 3])  # x gathered per nibble, in pairs, in pairs with the offset decode
-@pytest.mark.parametrize("transposed", [False, True])  # scales as tinygemm keeps them, or Int4Linear.gemv_scales
-def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, bk, dtype, xmode, transposed):
-    if transposed and gs != 32:
-        pytest.skip("transposed scales are for group 32")
+def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, cfg, dtype):
     packed, sz, w = _int4(n, k, gs, t, seed=t + n)
-    if transposed:
-        sz = int4_layout.transpose_scales(sz)
-    cfg = GemvConfig(block_n=8, block_k=bk, xmode=xmode)
-    close = _close if xmode != 3 else _close_offset
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
-    close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
+    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
     # norm prologue + residual epilogue
     g, r = _rand(k, seed=2, dtype=dtype), _rand(1, n, seed=3, dtype=dtype)
     xn = (g * F.rms_norm(x.float(), (k,), None, 1e-5).to(dtype)).to(dtype)
     ref = (F.linear(xn.float(), w).to(dtype).float() + r.float())
-    close(gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref, dtype)
+    _close(gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref, dtype)
     # silu_mul prologue
     gu = _rand(1, 2 * k, seed=4, dtype=dtype)
     act = (F.silu(gu[:, :k]) * gu[:, k:]).to(dtype)
-    close(gemv(gu, packed, scales_zeros=sz, group_size=gs, silu_mul=True, cfg=cfg), F.linear(act.float(), w), dtype)
+    _close(gemv(gu, packed, scales_zeros=sz, group_size=gs, silu_mul=True, cfg=cfg), F.linear(act.float(), w), dtype)
+
+
+@here
+def test_counters_reset_and_the_workspace_is_reused():
+    """The last program of a chunk resets its counter: a second call (or a graph replay) reduces
+    from zero and needs no clearing; the partials buffer is shared, not reallocated."""
+    packed, sz, w = _int4(24, 96, 32, 2, seed=16)
+    cfg = W4(8, 1, 16, 4)  # 2 chunks x 3 slices
+    for seed in (17, 18):
+        x = _rand(1, 96, seed=seed)
+        _close(gemv(x, packed, scales_zeros=sz, group_size=32, cfg=cfg), F.linear(x.float(), w), torch.float32)
+        ws, cnt = triton_gemv_w4._workspace(x.device, 0, 0)
+        assert not cnt.any()
+    assert len(triton_gemv_w4._WORKSPACE) == 1
 
 
 @here
 def test_every_nibble_value_and_extreme_inputs_are_exact_in_fp32():
-    """The magic-mantissa decode (`_q8`) is exact for q = 0..15 at every nibble position, and the
+    """The magic-mantissa decode (`_q8o`) is exact for q = 0..15 at every nibble position, and the
     2^(23 - 4b) input scaling neither overflows nor loses bits for large or tiny x."""
     n, k, gs = 16, 64, 32
     q = (torch.arange(n * k) % 16).view(n, k).to(torch.uint8)  # every value at every position
     s = torch.full((n, 2), 0.5).to(torch.bfloat16).float()
     z = torch.full((n, 2), 0.25).to(torch.bfloat16).float()
     packed = int4_layout.pack(q, 2).to(DEV)
-    sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous().to(DEV)
+    sz = int4_layout.transpose_scales(torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()).to(DEV)
     w = dequantize_int4(q, s, z, gs).to(DEV)
     for scale in (1.0, 2.0 ** 100, 2.0 ** -100):  # powers of two: every product is exact
         for c in range(32):  # one column at a time: y = w[:, c] * x_c, exact in fp32
             x = torch.zeros(1, k, device=DEV)
             x[0, c] = scale
-            y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=GemvConfig(block_n=8, block_k=32))
+            y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=W4(8, 1, 16, 4))  # 2 slices
             assert torch.equal(y, F.linear(x.double(), w.double()).float()), (scale, c)
 
 
@@ -122,7 +126,7 @@ def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype):
 
     H, Hkv, D, hidden = 4, 2, 16, 64
     packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, 2, seed=5)
-    cfg = GemvConfig(block_n=8, block_k=64)
+    cfg = W4(8, 1, 32, 4)  # chunks of 2 heads, 2 K slices
     x, g = _rand(1, hidden, seed=6, dtype=dtype, scale=2.0), _rand(hidden, seed=7, dtype=dtype)
     cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([9], device=DEV))
     k_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
@@ -243,27 +247,30 @@ def test_padded_or_biased_int4_layers_are_not_fused():
 
 
 @here
-def test_bad_int4_weights_are_refused():
+def test_bad_int4_weights_and_configs_are_refused():
     packed, sz, _ = _int4(16, 64, 32, 2, seed=8)
     x = _rand(1, 64)
-    with pytest.raises(ValueError, match="int4 scales"):
+    with pytest.raises(ValueError, match="int4 scales"):  # the wrong group size for these scales
         gemv(x, packed, scales_zeros=sz, group_size=64)
+    bf16_pairs = sz.T.contiguous().view(torch.bfloat16).view(2, 16, 2)  # tinygemm's [G, N, 2], not transposed
+    with pytest.raises(ValueError, match="transpose_scales"):
+        gemv(x, packed, scales_zeros=bf16_pairs, group_size=32)
     with pytest.raises(ValueError, match="tinygemm"):
         gemv(x, packed.view(16, -1), scales_zeros=sz, group_size=32)
-    with pytest.raises(ValueError, match="super-tiles"):
-        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=48))
-    with pytest.raises(ValueError, match="super-tiles"):
-        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=96))
-    with pytest.raises(ValueError, match="xmode"):
-        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig(block_n=8, block_k=64, xmode=1))
-    szt = int4_layout.transpose_scales(sz)
-    with pytest.raises(ValueError, match="tinygemm"):  # transposed scales: the weight is still checked
-        gemv(x, packed.view(16, -1), scales_zeros=szt, group_size=32)
+    with pytest.raises(ValueError, match="W4SplitConfig"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=GemvConfig())
+    with pytest.raises(ValueError, match="GemvConfig"):
+        gemv(x, torch.zeros(16, 64, device=DEV), cfg=W4())
+    with pytest.raises(ValueError, match="powers of two"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=24))
+    with pytest.raises(ValueError, match="rows_per_program"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=64, rows_per_program=32))
 
 
 @here
-def test_qkv_rope_kv_on_int4_takes_8_row_blocks_where_16_do_not_split_the_head():
-    """head_dim 24: the int4 default of 16-row blocks does not divide it; 8-row blocks do."""
+def test_qkv_rope_kv_on_int4_takes_whole_heads_of_24_rows():
+    """head_dim 24: chunks of whole heads (no power of two), row tiles of 8 (the largest power of
+    two dividing the head), whatever the config's block_n."""
     H, Hkv, D, hidden = 2, 1, 24, 64
     packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, 2, seed=13)
     cos, sin = torch.ones(D, device=DEV), torch.zeros(D, device=DEV)
@@ -294,15 +301,16 @@ def test_llama3_8b_shapes_match_tinygemm(n, k):
 
 @cuda_only
 def test_replays_in_a_cuda_graph():
-    packed, sz, _ = _int4(6144, 4096, 32, 8, seed=10)
+    packed, sz, _ = _int4(6144, 4096, 32, 8, seed=10)  # 16 K slices per chunk: the counters reset each replay
     x, nw = _rand(1, 4096, seed=11, dtype=torch.bfloat16), _rand(4096, seed=12, dtype=torch.bfloat16)
     gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw), atol=0, rtol=0)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw), atol=0, rtol=0)
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")

@@ -1,0 +1,262 @@
+"""One-row int4 products for decode, split over K, with the input held in registers, in Triton.
+
+The weight is an `Int4Linear`'s packed bytes read in place (tinygemm's layout,
+`augury.layers.int4_layout`); the product carries `triton_gemv`'s prologues (RMS norm, SiLU-mul)
+and epilogues (residual add; rope and the K/V pool writes), so the fused decode layer
+(`layers/fused_decode.py`) runs int4 projections as it runs bf16 ones.
+
+At the bandwidth, an int4 GEMV on the H200 has ~5 instructions per weight to spend, and every
+Triton form measured so far was issue-bound (Nsight Compute, docs/benchmarks.md, ninth session).
+An earlier form gave each program a block of rows and walked the whole of K: every K tile
+re-read x and re-applied the prologue per nibble position (~8.5 instructions per weight). Here
+a program owns a K slice (BKO super-tiles of 16 T columns) and a chunk of NB rows:
+- it applies the prologue to its slice of x once and keeps the eight nibble positions' inputs
+  in registers (`_x_nib`);
+- it streams its rows BN at a time as a 2-D tile [BN * 4 BKO, T / 2] (contiguous words: one
+  vector load; a 2-D layout every Triton version assigns alike), viewed as [BN, 4 BKO, T / 2]
+  for the products, so a thread keeps one (super-tile, lane) and a row's sum is a warp shuffle;
+- per weight: one logic op, one add and one FMA (`_q8o`, exact in fp32), plus a scale and a
+  zero FMA per 8-weight word (~5 instructions per weight in all, sm_90);
+- each row tile's partial sums go to a float32 workspace [S, N]; the last program of a row chunk
+  to finish (an atomic counter, acquire/release) adds the S partials in slice order, so the
+  result does not depend on which program finished last, and applies the epilogue. It resets
+  its counter, so the workspace needs no clearing between calls or CUDA-graph replays.
+
+Scales are the transposed int32 [N, G] copy (`Int4Linear.gemv_scales`: a row's group g as one
+word, the bf16 scale in the low half and the zero in the high): a thread's words of one row are
+consecutive groups, one vector load like the weight words. Written so it also runs under
+TRITON_INTERPRET=1 (tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from augury.layers.triton_gemv import _norm_inv, _rnd, _rope_kv_epilogue, _x_in
+
+
+@dataclass(frozen=True)
+class W4SplitConfig:
+    block_n: int = 64  # rows per loop step
+    bko: int = 2  # super-tiles (16 T columns each) per K slice
+    rows_per_program: int = 256  # NB: a multiple of block_n
+    num_warps: int = 4
+
+
+def default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
+    """Launch parameters from the weight's shape alone (a captured step always launches the same grid):
+    each Llama-3-8B product's best in the H200 sweep (`python -m augury.bench.gemv_gpu --weights
+    int4 --sweep`, docs/data/gpu9)."""
+    if n >= 65536:  # LM head
+        return W4SplitConfig(block_n=32, bko=4, rows_per_program=256, num_warps=4)
+    if n >= 16384:  # gate/up
+        return W4SplitConfig(block_n=32, bko=2, rows_per_program=512, num_warps=2)
+    if k >= 8192:  # down: long K, few rows
+        return W4SplitConfig(block_n=32, bko=2, rows_per_program=256, num_warps=4)
+    if n <= 4096:  # o_proj: fewer rows per program, more programs
+        return W4SplitConfig(block_n=64, bko=2, rows_per_program=128, num_warps=4)
+    return W4SplitConfig()
+
+
+@triton.jit
+def _q8o(src, one, b: tl.constexpr):
+    """Nibble b (bits 4b..4b+3, b < 4) of each int32 word as float32 (q - 8) * 2^(4b - 23), exactly:
+    or-ing the nibble, in place, into the mantissa of 1.0 gives 1 + q * 2^(4b - 23), and
+    subtracting 1 + 8 * 2^(4b - 23) (same exponent: exact) leaves the rest. No shift and no
+    int-to-float conversion. `one` is 1.0's bits (0x3F800000) passed at run time: the compiler
+    keeps it in a register and the mask-and-or is one LOP3 with the mask as its immediate (two
+    constants take two instructions)."""
+    if b == 0:
+        return ((src & 0xF) | one).to(tl.float32, bitcast=True) - 1.00000095367431640625
+    elif b == 1:
+        return ((src & 0xF0) | one).to(tl.float32, bitcast=True) - 1.0000152587890625
+    elif b == 2:
+        return ((src & 0xF00) | one).to(tl.float32, bitcast=True) - 1.000244140625
+    else:
+        return ((src & 0xF000) | one).to(tl.float32, bitcast=True) - 1.00390625
+
+
+@triton.jit
+def _x_up(xv, b: tl.constexpr):
+    """xv * 2^(23 - 4b), exact: undoes `_q8o`'s scale, so each product is (q - 8) * x."""
+    if b == 0:
+        return xv * 8388608.0
+    elif b == 1:
+        return xv * 524288.0
+    elif b == 2:
+        return xv * 32768.0
+    else:
+        return xv * 2048.0
+
+
+@triton.jit
+def _x_nib(x_ptr, g_ptr, col, ok, K, inv, b: tl.constexpr, PRO: tl.constexpr, dt: tl.constexpr):
+    """The prologue's input at nibble b's columns (col: nibble 0's), pre-scaled for `_q8o`."""
+    return _x_up(_x_in(x_ptr, g_ptr, col + (b >> 2) + 8 * (b & 3), ok, K, inv, PRO, dt), b % 4)
+
+
+@triton.jit
+def _w4_split_kernel(
+    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
+    N, K, G, one, eps, norm_k,
+    cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
+    PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
+    GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n_split = tl.num_programs(1)
+    SPAN: tl.constexpr = 16 * IKT  # columns per super-tile; also words per 8-row block of one
+    HW: tl.constexpr = IKT // 2
+    RK: tl.constexpr = 4 * BKO  # (super-tile, lane r) pairs of the slice: a row's words there are RK x HW
+    KSUP = K // SPAN
+    dt = y_ptr.dtype.element_ty
+    # A row tile is 2-D, [BN * RK, HW] (row-major over (row, super-tile, lane)): HW contiguous words
+    # per entry, one vector load, and a 2-D layout that every Triton version assigns alike (threads
+    # along the entries, 4 words each). Viewed as [BN, RK, HW] (a reshape that moves nothing, as
+    # RK divides the 32 lanes of a warp) a thread keeps one (super-tile, lane) across all its rows
+    # and row tiles, so its slice of x is HW words x 8 nibbles in registers, and a row's sum is a
+    # shuffle reduction within a warp.
+    e = tl.arange(0, BN * RK)
+    kt_e = pid_k * BKO + (e // 4) % BKO
+    ok_e = (kt_e < KSUP)[:, None]
+    w = tl.arange(0, HW)
+    word = (kt_e * SPAN + (e % 4) * HW)[:, None] + w[None, :]  # offset in the row's 8-row block
+    if GS == 32:
+        grp = (kt_e * (SPAN // 32))[:, None] + w[None, :]
+    else:
+        grp = ((kt_e * SPAN)[:, None] + 32 * w[None, :]) // GS
+    row0 = pid_n * NB
+    row_e = e // RK
+
+    # the chunk's rows advance BN at a time: BN / 8 whole 8-row blocks of words, BN rows of scales
+    w_ptrs = w_ptr + ((row0 + row_e) // 8).to(tl.int64)[:, None] * (KSUP * SPAN) + ((row_e % 8) * (2 * IKT))[:, None] + word
+    s_ptrs = sz_ptr + (row0 + row_e).to(tl.int64)[:, None] * G + grp
+    w_step = (BN // 8) * KSUP * SPAN
+    p = tl.load(w_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
+    sz = tl.load(s_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
+        tl.extra.cuda.gdc_launch_dependents()
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
+    # the slice's inputs, once, as [RK, HW]: nibble b of a word multiplies x at column
+    # col + (b >> 2) + 8 (b & 3)
+    j = tl.arange(0, RK)
+    kt_j = pid_k * BKO + j // 4
+    ok_j = (kt_j < KSUP)[:, None]
+    col = (kt_j * SPAN + 2 * (j % 4))[:, None] + 32 * w[None, :]
+    x0 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 0, PRO, dt)
+    x1 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 1, PRO, dt)
+    x2 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 2, PRO, dt)
+    x3 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 3, PRO, dt)
+    x4 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 4, PRO, dt)
+    x5 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 5, PRO, dt)
+    x6 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 6, PRO, dt)
+    x7 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 7, PRO, dt)
+    # sum of the word's 8 inputs (for the zero term): undo `_x_up`'s exact power-of-two scales
+    xs = (x0 + x4) * (1.0 / 8388608.0) + (x1 + x5) * (1.0 / 524288.0) + (x2 + x6) * (1.0 / 32768.0) \
+        + (x3 + x7) * (1.0 / 2048.0)
+    i = tl.arange(0, BN)
+    for rt in range(0, NB, BN):
+        # the next row tile is in flight while this one is used (none after the chunk's last)
+        w_ptrs += w_step
+        s_ptrs += BN * G
+        nxt = ok_e & ((row0 + rt + BN + row_e < N) & (rt + BN < NB))[:, None]
+        p_next = tl.load(w_ptrs, mask=nxt, other=0)
+        sz_next = tl.load(s_ptrs, mask=nxt, other=0)
+        p3 = tl.reshape(p, [BN, RK, HW])
+        hi = p3 >> 16
+        t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] + _q8o(p3, one, 3) * x3[None] \
+            + _q8o(hi, one, 0) * x4[None] + _q8o(hi, one, 1) * x5[None] + _q8o(hi, one, 2) * x6[None] + _q8o(hi, one, 3) * x7[None]
+        sz3 = tl.reshape(sz, [BN, RK, HW])
+        s = (sz3 << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
+        z = (sz3 & -65536).to(tl.float32, bitcast=True)
+        part = tl.sum(tl.sum(t * s + z * xs[None], axis=2), axis=1)
+        out = row0 + rt + i
+        tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
+        p = p_next
+        sz = sz_next
+
+    # the last of the chunk's K programs adds the partials (all stores above are visible to it:
+    # each program's barrier + release, its acquire) and applies the epilogue
+    tl.debug_barrier()
+    prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+    if prev == n_split - 1:
+        if ROPE_KV:
+            D: tl.constexpr = 2 * HALF
+            # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
+            pe = tl.arange(0, 2 * PP)
+            for hh in tl.static_range(NB // D):
+                head = pid_n * (NB // D) + hh
+                for j0 in tl.static_range(0, HALF, PP):
+                    rr = head * D + (pe % 2) * HALF + j0 + pe // 2
+                    acc = tl.zeros([2 * PP], dtype=tl.float32)
+                    for s_i in range(0, n_split):
+                        acc += tl.load(ws_ptr + s_i * N + rr, cache_modifier=".cg")
+                    _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
+                                      slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
+        else:
+            rr = row0 + tl.arange(0, NB)
+            ok = rr < N
+            acc = tl.zeros([NB], dtype=tl.float32)
+            for s_i in range(0, n_split):
+                acc += tl.load(ws_ptr + s_i * N + rr, mask=ok, other=0.0, cache_modifier=".cg")
+            y = _rnd(acc, dt).to(dt)
+            if RESIDUAL:
+                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
+            tl.store(y_ptr + rr, y, mask=ok)
+        tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
+
+
+_WORKSPACE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_RETIRED: list[torch.Tensor] = []  # outgrown buffers: a captured CUDA graph may still point at them
+
+
+def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partial-sum buffer and the (self-resetting, zeroed once) counters for one device and stream.
+    Kernels on one stream run one after another (with PDL a kernel touches these only after
+    waiting for the previous one), so they share them. Sized generously on first use (16 MB, an
+    8B model's LM head needs 4), so a CUDA-graph capture after a warm-up step allocates nothing."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    ws, cnt = _WORKSPACE.get(key, (None, None))
+    if ws is None or ws.numel() < floats or cnt.numel() < counters:
+        if ws is not None:
+            _RETIRED.extend((ws, cnt))
+        ws = torch.empty(max(floats, 1 << 22, 0 if ws is None else ws.numel()), dtype=torch.float32, device=device)
+        cnt = torch.zeros(max(counters, 1 << 14, 0 if cnt is None else cnt.numel()), dtype=torch.int32, device=device)
+        _WORKSPACE[key] = (ws, cnt)
+    return ws, cnt
+
+
+def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
+           n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
+           group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool) -> None:
+    """`_w4_split_kernel` over (row chunks, K slices); arguments as `triton_gemv._launch` prepares them."""
+    cfg = cfg or default_config(n, k, ikt)
+    if cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
+        raise ValueError(f"gemv: int4 block_n and bko must be powers of two, got {cfg}")
+    nb, bn = cfg.rows_per_program, cfg.block_n
+    if rope_kv:  # whole heads per chunk (the epilogue rotates pairs D/2 apart), a multiple of block_n
+        bn = min(bn, 2 * half & -(2 * half))  # a power of two dividing the head (D % 8 == 0)
+        nb = 2 * half
+        while 2 * nb <= cfg.rows_per_program and n % (2 * nb) == 0:
+            nb *= 2
+        if n % nb:
+            raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
+    elif nb % bn or nb & (nb - 1):
+        raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
+    grid = (triton.cdiv(n, nb), triton.cdiv(k // (16 * ikt), cfg.bko))
+    ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
+    _w4_split_kernel[grid](
+        x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
+        PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt, NB=nb, BN=bn,
+        BKO=cfg.bko, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
