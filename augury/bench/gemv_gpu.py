@@ -80,9 +80,9 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     g = torch.rand(K, device=dev, dtype=dt) + 0.5 if pro == "norm" else None
     xin = F.silu(x[:, :K]) * x[:, K:] if pro == "silu_mul" else x
 
-    def fused(w, cfg=None, pdl=None):
-        if "sz_t" in w:
-            w = {"w": w["w"], "scales_zeros": w["sz_t"], "group_size": GROUP}
+    def fused(w, cfg=None, pdl=None, in_place=False):
+        if int4:  # the transposed scales copy (Int4Linear.gemv_scales), or tinygemm's pairs in place
+            w = {"w": w["w"], "scales_zeros": w["scales_zeros" if in_place else "sz_t"], "group_size": GROUP}
         return gemv(x, **w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
 
     def unfused(w):  # the product the unfused layer launches (besides its norm/activation/add kernels)
@@ -107,12 +107,13 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     cfg0 = triton_gemv_w4.default_config(N, K, 8) if int4 else default_config(N, K)
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
     t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
+    t_inplace = time_calls([lambda w=w: fused(w, cfg0, in_place=True) for w in ws], dev) if int4 else None
     row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
            "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
-           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw}
+           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace}
     if sweep:
         def evaluate(p: dict) -> float:
             cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
@@ -123,7 +124,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
         row.update(best_config=best, fused_best_us=best_t, fused_best_frac_bw=nbytes / (best_t * 1e-6) / bw,
                    tried=tried)
     _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
-         f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL)"
+         f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL"
+         + (f"; {t_inplace:.1f} us on tinygemm's scales in place" if int4 else "") + ")"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
     ws.clear()

@@ -223,8 +223,8 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
 def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int) -> tuple[int, int, dict | None]:
     """(N, K, int4) for a plain [N, K] weight (scales_zeros None; int4 None) or an int4 one as
     `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]
-    (`augury.layers.int4_layout`) with its (scale, zero) pairs transposed to int32 [N, K / group_size]
-    (`Int4Linear.gemv_scales`, `int4_layout.transpose_scales`)."""
+    (`augury.layers.int4_layout`) with its bf16 (scale, zero) pairs [K / group_size, N, 2], or those
+    pairs transposed to int32 [N, K / group_size] (`int4_layout.transpose_scales`)."""
     if scales_zeros is None:
         return w.shape[0], w.shape[1], None
     if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8) \
@@ -233,12 +233,20 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
                          f"{w.dtype} {tuple(w.shape)}")
     ikt = 2 * w.shape[3]
     n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
-    if group_size not in (32, 64, 128, 256) or scales_zeros.dtype != torch.int32 \
-            or scales_zeros.shape != (n, k // group_size) or not scales_zeros.is_contiguous():
-        raise ValueError(f"gemv: int4 scales must be the (scale, zero) pairs transposed to contiguous int32 "
-                         f"[{n}, {k}/group] (int4_layout.transpose_scales) with a group of 32-256, got "
+    if group_size not in (32, 64, 128, 256):
+        raise ValueError(f"gemv: int4 groups are 32-256 columns, got {group_size}")
+    g = k // group_size
+    if scales_zeros.dtype == torch.int32 and scales_zeros.shape == (n, g):
+        transposed = True  # `Int4Linear.gemv_scales`: a row's consecutive groups are one vector load
+    elif scales_zeros.dtype == torch.bfloat16 and scales_zeros.shape == (g, n, 2):
+        transposed, scales_zeros = False, scales_zeros.view(torch.int32).view(g, n)  # tinygemm's, in place
+    else:
+        raise ValueError(f"gemv: int4 scales are tinygemm's bf16 (scale, zero) pairs [{g}, {n}, 2] or the pairs "
+                         f"transposed to int32 [{n}, {g}] (int4_layout.transpose_scales), got "
                          f"{scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
-    return n, k, dict(scales=scales_zeros, group_size=group_size, ikt=ikt)
+    if not scales_zeros.is_contiguous():
+        raise ValueError("gemv: int4 scales must be contiguous")
+    return n, k, dict(scales=scales_zeros, group_size=group_size, ikt=ikt, transposed=transposed)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -281,7 +289,8 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, **consts) -> No
         x, g, w, r, y, n, k = args[:7]
         triton_gemv_w4.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
                               residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
-                              group_size=w4["group_size"], ikt=w4["ikt"], cfg=cfg, pdl=pdl)
+                              group_size=w4["group_size"], ikt=w4["ikt"], cfg=cfg, pdl=pdl,
+                              transposed=w4["transposed"])
         return
     n, k = args[5], args[6]
     cfg = cfg or default_config(n, k)

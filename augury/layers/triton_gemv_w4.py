@@ -106,7 +106,7 @@ def _w4_split_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
-    PDL: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -136,7 +136,12 @@ def _w4_split_kernel(
 
     # the chunk's rows advance BN at a time: BN / 8 whole 8-row blocks of words, BN rows of scales
     w_ptrs = w_ptr + ((row0 + row_e) // 8).to(tl.int64)[:, None] * (KSUP * SPAN) + ((row_e % 8) * (2 * IKT))[:, None] + word
-    s_ptrs = sz_ptr + (row0 + row_e).to(tl.int64)[:, None] * G + grp
+    if SZT:  # [N, G]: a row's consecutive groups are one vector load
+        s_ptrs = sz_ptr + (row0 + row_e).to(tl.int64)[:, None] * G + grp
+        s_step = BN * G
+    else:  # tinygemm's own [G, N] pairs, read in place: one load per word (rows of a group are adjacent)
+        s_ptrs = sz_ptr + grp.to(tl.int64) * N + (row0 + row_e)[:, None]
+        s_step = BN
     w_step = (BN // 8) * KSUP * SPAN
     p = tl.load(w_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
     sz = tl.load(s_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
@@ -167,7 +172,7 @@ def _w4_split_kernel(
     for rt in range(0, NB, BN):
         # the next row tile is in flight while this one is used (none after the chunk's last)
         w_ptrs += w_step
-        s_ptrs += BN * G
+        s_ptrs += s_step
         nxt = ok_e & ((row0 + rt + BN + row_e < N) & (rt + BN < NB))[:, None]
         p_next = tl.load(w_ptrs, mask=nxt, other=0)
         sz_next = tl.load(s_ptrs, mask=nxt, other=0)
@@ -238,7 +243,7 @@ def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.
 
 def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
            n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
-           group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool) -> None:
+           group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool, transposed: bool = True) -> None:
     """`_w4_split_kernel` over (row chunks, K slices); arguments as `triton_gemv._launch` prepares them."""
     cfg = cfg or default_config(n, k, ikt)
     if cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
@@ -258,5 +263,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     _w4_split_kernel[grid](
         x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt, NB=nb, BN=bn,
-        BKO=cfg.bko, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        BKO=cfg.bko, SZT=transposed, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

@@ -59,6 +59,11 @@ def _close(y, ref, dtype):
         torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
 
 
+def _untransposed(sz):
+    """int32 [N, G] transposed pairs -> tinygemm's bf16 [G, N, 2]."""
+    return sz.T.contiguous().view(torch.bfloat16).view(sz.shape[1], sz.shape[0], 2)
+
+
 # (T, group, N, K, config): several K slices, a ragged last slice (super-tiles past K masked), a
 # slice wider than K; several row tiles per chunk, a ragged last chunk; groups wider than a word's
 # 32-column block and than a super-tile; the shape-based default
@@ -70,8 +75,11 @@ CASES = [(2, 32, 16, 128, W4(8, 2, 16, 4)), (2, 32, 24, 96, W4(8, 2, 16, 4)), (2
 @here
 @pytest.mark.parametrize("t,gs,n,k,cfg", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, cfg, dtype):
+@pytest.mark.parametrize("transposed", [True, False])  # Int4Linear.gemv_scales, or tinygemm's pairs in place
+def test_product_with_each_prologue_equals_the_dequantized_weight(t, gs, n, k, cfg, dtype, transposed):
     packed, sz, w = _int4(n, k, gs, t, seed=t + n)
+    if not transposed:
+        sz = _untransposed(sz)
     x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
     _close(gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg), F.linear(x.float(), w), dtype)
     # norm prologue + residual epilogue
@@ -252,9 +260,10 @@ def test_bad_int4_weights_and_configs_are_refused():
     x = _rand(1, 64)
     with pytest.raises(ValueError, match="int4 scales"):  # the wrong group size for these scales
         gemv(x, packed, scales_zeros=sz, group_size=64)
-    bf16_pairs = sz.T.contiguous().view(torch.bfloat16).view(2, 16, 2)  # tinygemm's [G, N, 2], not transposed
-    with pytest.raises(ValueError, match="transpose_scales"):
-        gemv(x, packed, scales_zeros=bf16_pairs, group_size=32)
+    with pytest.raises(ValueError, match="transpose_scales"):  # neither layout
+        gemv(x, packed, scales_zeros=sz.view(torch.bfloat16), group_size=32)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv(x, packed, scales_zeros=_untransposed(sz).transpose(0, 1).contiguous().transpose(0, 1), group_size=32)
     with pytest.raises(ValueError, match="tinygemm"):
         gemv(x, packed.view(16, -1), scales_zeros=sz, group_size=32)
     with pytest.raises(ValueError, match="W4SplitConfig"):
