@@ -169,10 +169,11 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
-# AUGURY_INT4_GEMV=1: one-row CUDA products of int4 weights run augury's Triton GEMV on tinygemm's
-# packed bytes (`layers/triton_gemv.py`), and the fused decode layer takes int4 projections. Off by
-# default: measured on the H200 (8B, B=1, --compile) it decodes at 254.6 tok/s against tinygemm's
-# 284.8 (the GEMV reads at 28-40% of the bandwidth, tinygemm at 32-44%; docs/benchmarks.md).
+# AUGURY_INT4_GEMV=1: one-row CUDA products of int4 weights run augury's split-K Triton GEMV on
+# tinygemm's packed bytes (`layers/triton_gemv_w4.py`), and the fused decode layer takes int4
+# projections. Measured on the H200 (8B, B=1, --compile): 312.4 tok/s against tinygemm's 286.9
+# (docs/benchmarks.md, ninth session). Off by default: the GEMV reads a transposed copy of the
+# scales (`gemv_scales`, +25% of the packed nibbles, built only when this is on).
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 
 
@@ -509,8 +510,8 @@ class Int4Linear(nn.Module):
     def _mm(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [M, K padded], contiguous -> [M, N padded] through this module's packed-weight kernel."""
         if x2.shape[0] == 1 and self._layout == "cuda" and _INT4_GEMV_ON and gemv_kernels_ok():
-            # one row: a weight stream, where tinygemm (a tensor-core GEMM padding M to 16) reads at
-            # ~40% of the bandwidth; the Triton GEMV reads the same packed bytes
+            # one row: a weight stream, where tinygemm (a tensor-core GEMM padding M to 16) spends
+            # ~6 instructions per weight; the Triton GEMV reads the same packed bytes
             from augury.layers.triton_gemv import fused_gemv
 
             return fused_gemv(x2, **self._gemv_args())
