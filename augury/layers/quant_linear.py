@@ -361,9 +361,9 @@ class Int4Linear(nn.Module):
         # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
-        # CUDA, group 32: the (scale, zero) pairs again, transposed to int32 [N, G], for the one-row
-        # GEMV (a thread's consecutive groups are one vector load there; +25% of the packed nibbles, 20% of
-        # nibbles + scales)
+        # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again, transposed to int32 [N, G], for
+        # the one-row GEMV (a thread's consecutive groups are one vector load there; +25% of the packed
+        # nibbles, 20% of nibbles + scales)
         self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
@@ -497,7 +497,9 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _gemv_args(self) -> dict:
-        return {"w": self.packed, "scales_zeros": self.gemv_scales, "group_size": self.group_size}
+        # the transposed copy where it was built (the measured path), else tinygemm's pairs in place
+        sz = self.gemv_scales if self.gemv_scales is not None else self.scales_zeros
+        return {"w": self.packed, "scales_zeros": sz, "group_size": self.group_size}
 
     def gemv_weight(self) -> dict | None:
         """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight

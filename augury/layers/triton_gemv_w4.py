@@ -13,7 +13,7 @@ a program owns a K slice (BKO super-tiles of 16 T columns) and a chunk of NB row
 - it applies the prologue to its slice of x once and keeps the eight nibble positions' inputs
   in registers (`_x_nib`);
 - it streams its rows BN at a time as a 2-D tile [BN * 4 BKO, T / 2] (contiguous words: one
-  vector load; a 2-D layout every Triton version assigns alike), viewed as [BN, 4 BKO, T / 2]
+  vector load at T = 8; a 2-D layout every Triton version assigns alike), viewed as [BN, 4 BKO, T / 2]
   for the products, so a thread keeps one (super-tile, lane) and a row's sum is a warp shuffle;
 - per weight: one logic op, one add and one FMA (`_q8o`, exact in fp32), plus a scale and a
   zero FMA per 8-weight word (~5 instructions per weight in all, sm_90);
@@ -22,10 +22,11 @@ a program owns a K slice (BKO super-tiles of 16 T columns) and a chunk of NB row
   result does not depend on which program finished last, and applies the epilogue. It resets
   its counter, so the workspace needs no clearing between calls or CUDA-graph replays.
 
-Scales are the transposed int32 [N, G] copy (`Int4Linear.gemv_scales`: a row's group g as one
-word, the bf16 scale in the low half and the zero in the high): a thread's words of one row are
-consecutive groups, one vector load like the weight words. Written so it also runs under
-TRITON_INTERPRET=1 (tests).
+Scales: tinygemm's bf16 (scale, zero) pairs [G, N, 2] read in place as int32 [G, N] (one load per
+word), or their transposed int32 copy [N, G] (`Int4Linear.gemv_scales`, what the measured path
+reads: a thread's words of one row are consecutive groups, one vector load like the weight
+words). Either way a group's pair is one word, the bf16 scale in the low half and the zero in the
+high. Written so it also runs under TRITON_INTERPRET=1 (tests).
 """
 
 from __future__ import annotations
@@ -220,17 +221,19 @@ def _w4_split_kernel(
         tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
 
 
-_WORKSPACE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_WORKSPACE: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 _RETIRED: list[torch.Tensor] = []  # outgrown buffers: a captured CUDA graph may still point at them
 
 
 def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The partial-sum buffer and the (self-resetting, zeroed once) counters for one device and stream.
-    Kernels on one stream run one after another (with PDL a kernel touches these only after
-    waiting for the previous one), so they share them. Sized generously on first use (16 MB, an
-    8B model's LM head needs 4), so a CUDA-graph capture after a warm-up step allocates nothing."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
+    """The partial-sum buffer and the (self-resetting, zeroed once) counters of one device. Every
+    kernel that uses them runs after the previous one has finished (stream order, and with PDL
+    a kernel touches them only after waiting for the previous one; augury orders its side
+    streams with `wait_stream`), so they are shared. One set per device, not per stream: the
+    engine warms up on a side stream and captures its CUDA graphs on another, and the capture
+    must find them allocated (and the counters zeroed) by the warm-up. Sized generously (16 MB;
+    an 8B model's LM head needs 4) so later, larger calls rarely reallocate."""
+    key = str(device)
     ws, cnt = _WORKSPACE.get(key, (None, None))
     if ws is None or ws.numel() < floats or cnt.numel() < counters:
         if ws is not None:
@@ -246,8 +249,9 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
            group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool, transposed: bool = True) -> None:
     """`_w4_split_kernel` over (row chunks, K slices); arguments as `triton_gemv._launch` prepares them."""
     cfg = cfg or default_config(n, k, ikt)
-    if cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
-        raise ValueError(f"gemv: int4 block_n and bko must be powers of two, got {cfg}")
+    if cfg.block_n < 8 or cfg.bko < 1 or cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
+        # row tiles advance by whole 8-row blocks of tinygemm's layout
+        raise ValueError(f"gemv: int4 block_n (>= 8) and bko must be powers of two, got {cfg}")
     nb, bn = cfg.rows_per_program, cfg.block_n
     if rope_kv:  # whole heads per chunk (the epilogue rotates pairs D/2 apart), a multiple of block_n
         bn = min(bn, 2 * half & -(2 * half))  # a power of two dividing the head (D % 8 == 0)

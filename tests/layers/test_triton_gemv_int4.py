@@ -99,12 +99,28 @@ def test_counters_reset_and_the_workspace_is_reused():
     from zero and needs no clearing; the partials buffer is shared, not reallocated."""
     packed, sz, w = _int4(24, 96, 32, 2, seed=16)
     cfg = W4(8, 1, 16, 4)  # 2 chunks x 3 slices
+    bufs = set()
     for seed in (17, 18):
         x = _rand(1, 96, seed=seed)
         _close(gemv(x, packed, scales_zeros=sz, group_size=32, cfg=cfg), F.linear(x.float(), w), torch.float32)
         ws, cnt = triton_gemv_w4._workspace(x.device, 0, 0)
         assert not cnt.any()
-    assert len(triton_gemv_w4._WORKSPACE) == 1
+        bufs.add((ws.data_ptr(), cnt.data_ptr()))
+    assert len(bufs) == 1
+
+
+def test_the_workspace_grows_and_keeps_what_it_outgrew():
+    """A larger call reallocates (keeping the old buffers: a captured graph may point at them);
+    smaller calls reuse the largest."""
+    dev = torch.device("cpu")
+    triton_gemv_w4._WORKSPACE.pop(str(dev), None)
+    ws, cnt = triton_gemv_w4._workspace(dev, 10, 3)
+    assert ws.numel() >= 10 and cnt.numel() >= 3 and not cnt.any()
+    assert triton_gemv_w4._workspace(dev, 5, 2)[0] is ws
+    retired = len(triton_gemv_w4._RETIRED)
+    big, _ = triton_gemv_w4._workspace(dev, ws.numel() + 1, 3)
+    assert big.numel() > ws.numel() and len(triton_gemv_w4._RETIRED) == retired + 2
+    assert triton_gemv_w4._workspace(dev, 10, 3)[0] is big
 
 
 @here
@@ -128,12 +144,15 @@ def test_every_nibble_value_and_extreme_inputs_are_exact_in_fp32():
 
 @here
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype):
+@pytest.mark.parametrize("gs,transposed", [(32, True), (64, False)])
+def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype, gs, transposed):
     from augury.config import RopeConfig
     from augury.layers.rope import RotaryEmbedding, apply_rope
 
     H, Hkv, D, hidden = 4, 2, 16, 64
-    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, 2, seed=5)
+    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, gs, 2, seed=5)
+    if not transposed:
+        sz = _untransposed(sz)
     cfg = W4(8, 1, 32, 4)  # chunks of 2 heads, 2 K slices
     x, g = _rand(1, hidden, seed=6, dtype=dtype, scale=2.0), _rand(hidden, seed=7, dtype=dtype)
     cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([9], device=DEV))
@@ -141,9 +160,9 @@ def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype):
     v_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
     k_ref, v_ref = k_pool.clone(), v_pool.clone()
     slot = torch.tensor([4], device=DEV)
-    q = qkv_rope_kv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cos=cos, sin=sin,
+    q = qkv_rope_kv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, cos=cos, sin=sin,
                     k_pool=k_pool, v_pool=v_pool, slot=slot, num_heads=H, num_kv_heads=Hkv, cfg=cfg)
-    qkv = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cfg=cfg).view(1, H + 2 * Hkv, D)
+    qkv = gemv(x, packed, scales_zeros=sz, group_size=gs, norm_weight=g, eps=1e-5, cfg=cfg).view(1, H + 2 * Hkv, D)
     qk = apply_rope(qkv[:, : H + Hkv], cos, sin)
     k_ref.index_copy_(0, slot, qk[:, H:])
     v_ref.index_copy_(0, slot, qkv[:, H + Hkv:])
@@ -272,6 +291,15 @@ def test_bad_int4_weights_and_configs_are_refused():
         gemv(x, torch.zeros(16, 64, device=DEV), cfg=W4())
     with pytest.raises(ValueError, match="powers of two"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=24))
+    with pytest.raises(ValueError, match=">= 8"):  # row tiles are whole 8-row blocks
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=4, rows_per_program=16))
+    with pytest.raises(ValueError, match="powers of two"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(bko=0))
+    p96, sz96, _ = _int4(16, 96, 32, 2, seed=8)
+    with pytest.raises(ValueError, match="dividing K=96"):  # group 64 does not divide K
+        gemv(_rand(1, 96), p96, scales_zeros=sz96[:, :1].contiguous(), group_size=64)
+    with pytest.raises(ValueError, match="needs its scales"):
+        gemv(x, packed)
     with pytest.raises(ValueError, match="rows_per_program"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=64, rows_per_program=32))
 
