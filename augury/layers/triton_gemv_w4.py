@@ -101,6 +101,16 @@ def _x_nib(x_ptr, g_ptr, col, ok, K, inv, b: tl.constexpr, PRO: tl.constexpr, dt
 
 
 @triton.jit
+def _slice_sum(ws_ptr, N, rows, ok, n_split):
+    """The K slices' partial sums of `rows`, added in slice order (the same bits whichever program
+    adds them); `.cg` reads from L2, where the other programs' stores are."""
+    acc = tl.zeros(rows.shape, dtype=tl.float32)
+    for s_i in range(0, n_split):
+        acc += tl.load(ws_ptr + s_i * N + rows, mask=ok, other=0.0, cache_modifier=".cg")
+    return acc
+
+
+@triton.jit
 def _w4_split_kernel(
     x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
     N, K, G, one, eps, norm_k,
@@ -203,18 +213,13 @@ def _w4_split_kernel(
                 head = pid_n * (NB // D) + hh
                 for j0 in tl.static_range(0, HALF, PP):
                     rr = head * D + (pe % 2) * HALF + j0 + pe // 2
-                    acc = tl.zeros([2 * PP], dtype=tl.float32)
-                    for s_i in range(0, n_split):
-                        acc += tl.load(ws_ptr + s_i * N + rr, cache_modifier=".cg")
+                    acc = _slice_sum(ws_ptr, N, rr, rr < N, n_split)
                     _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
                                       slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
         else:
             rr = row0 + tl.arange(0, NB)
             ok = rr < N
-            acc = tl.zeros([NB], dtype=tl.float32)
-            for s_i in range(0, n_split):
-                acc += tl.load(ws_ptr + s_i * N + rr, mask=ok, other=0.0, cache_modifier=".cg")
-            y = _rnd(acc, dt).to(dt)
+            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, n_split), dt).to(dt)
             if RESIDUAL:
                 y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
             tl.store(y_ptr + rr, y, mask=ok)
