@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -108,12 +109,17 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
     t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
     t_inplace = time_calls([lambda w=w: fused(w, cfg0, in_place=True) for w in ws], dev) if int4 else None
+    # int4: the exact fp32 decode instead of the packed fp16x2 products (W4SplitConfig.half2)
+    cfg32 = replace(cfg0, half2=False) if int4 else None
+    t_f32 = time_calls([lambda w=w: fused(w, cfg32) for w in ws], dev) if int4 else None
+    err32 = (fused(ws[0], cfg32).float() - ref).abs().max().item() / max(1e-6, ref.abs().max().item()) if int4 else None
     row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
            "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
-           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace}
+           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace,
+           "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32}
     if sweep:
         def evaluate(p: dict) -> float:
             cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
@@ -125,7 +131,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
                    tried=tried)
     _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL"
-         + (f"; {t_inplace:.1f} us on tinygemm's scales in place" if int4 else "") + ")"
+         + (f"; {t_inplace:.1f} us on tinygemm's scales in place; {t_f32:.1f} us with the fp32 decode, "
+            f"rel err {err32:.2e}" if int4 else "") + ")"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
     ws.clear()

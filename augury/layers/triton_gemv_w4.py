@@ -46,6 +46,7 @@ class W4SplitConfig:
     bko: int = 2  # super-tiles (16 T columns each) per K slice
     rows_per_program: int = 256  # NB: a multiple of block_n
     num_warps: int = 4
+    half2: bool = True  # bf16/fp16 inputs: packed fp16x2 products (`_HALF2_DOT`); False: the exact fp32 decode
 
 
 def default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
@@ -96,8 +97,69 @@ def _x_up(xv, b: tl.constexpr):
 
 @triton.jit
 def _x_nib(x_ptr, g_ptr, col, ok, K, inv, b: tl.constexpr, PRO: tl.constexpr, dt: tl.constexpr):
-    """The prologue's input at nibble b's columns (col: nibble 0's), pre-scaled for `_q8o`."""
-    return _x_up(_x_in(x_ptr, g_ptr, col + (b >> 2) + 8 * (b & 3), ok, K, inv, PRO, dt), b % 4)
+    """The prologue's input at nibble b's columns (col: nibble 0's)."""
+    return _x_in(x_ptr, g_ptr, col + (b >> 2) + 8 * (b & 3), ok, K, inv, PRO, dt)
+
+
+# One int32 word of 8 nibbles times its 8 inputs, in packed fp16 arithmetic (sm_53+ PTX), returned
+# as fp32: sum_b (q_b - 8) * x_b. Or-ing a nibble pair (bits 0-3 and 16-19, or 4-7 and 20-23) into
+# the mantissas of 1024.0 (0x6400) makes two fp16 values 1024 + q (or 1024 + 16 q) in one LOP3;
+# one HSUB2 / HFMA2 leaves q - 8 in each half, exactly; four HFMA2 multiply by the inputs, packed
+# as fp16 pairs ($2..$5: nibbles 0/4, 1/5, 2/6, 3/7) and accumulate the two halves, which are
+# added in fp32. ~16 instructions per 8 weights, against ~24 for the fp32 decode. `.rn` keeps
+# ptxas from contracting the first product into a later add.
+_HALF2_DOT = tl.constexpr("""{
+.reg .b32 a, b, c, d, s, acc, k1, k2, k3;
+.reg .b16 lo, hi;
+.reg .f32 flo, fhi;
+mov.b32 k1, 0x64086408;
+mov.b32 k2, 0x2C002C00;
+mov.b32 k3, 0xD480D480;
+lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA;
+shr.u32 s, $1, 8;
+lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;
+sub.rn.f16x2 a, a, k1;
+fma.rn.f16x2 b, b, k2, k3;
+sub.rn.f16x2 c, c, k1;
+fma.rn.f16x2 d, d, k2, k3;
+mul.rn.f16x2 acc, a, $2;
+fma.rn.f16x2 acc, b, $3, acc;
+fma.rn.f16x2 acc, c, $4, acc;
+fma.rn.f16x2 acc, d, $5, acc;
+mov.b32 {lo, hi}, acc;
+cvt.f32.f16 flo, lo;
+cvt.f32.f16 fhi, hi;
+add.f32 $0, flo, fhi;
+}""")
+
+
+@triton.jit
+def _h2(lo, hi):
+    """Two fp32 tensors as fp16 pairs in int32 (lo in bits 0-15): `_HALF2_DOT`'s input operands."""
+    lo16 = lo.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return lo16 | (hi.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16)
+
+
+@triton.jit
+def _q16(p, b: tl.constexpr):
+    """Nibble b of each word as fp16 q - 8 (the interpreter's stand-in for `_HALF2_DOT`'s decode)."""
+    return (((p >> (4 * b)) & 0xF) - 8).to(tl.float16)
+
+
+@triton.jit
+def _half2_dot(p, x04, x15, x26, x37, h0, h1, h2, h3, h4, h5, h6, h7, ASM: tl.constexpr):
+    """sum_b (q_b - 8) x_b per word of p, in fp16 arithmetic, as fp32. On the GPU the packed PTX
+    (`_HALF2_DOT`, inputs as pairs); under the interpreter (no inline assembly) the same products
+    and the same per-half order in fp16 tensors (inputs h0..h7; mul then add, not fused)."""
+    if ASM:
+        return tl.inline_asm_elementwise(_HALF2_DOT, "=f,r,r,r,r,r", [p, x04, x15, x26, x37],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        lo = _q16(p, 0) * h0 + _q16(p, 1) * h1 + _q16(p, 2) * h2 + _q16(p, 3) * h3
+        hi = _q16(p, 4) * h4 + _q16(p, 5) * h5 + _q16(p, 6) * h6 + _q16(p, 7) * h7
+        return lo.to(tl.float32) + hi.to(tl.float32)
 
 
 @triton.jit
@@ -117,7 +179,7 @@ def _w4_split_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
-    SZT: tl.constexpr, PDL: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -176,9 +238,25 @@ def _w4_split_kernel(
     x5 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 5, PRO, dt)
     x6 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 6, PRO, dt)
     x7 = _x_nib(x_ptr, g_ptr, col, ok_j, K, inv, 7, PRO, dt)
-    # sum of the word's 8 inputs (for the zero term): undo `_x_up`'s exact power-of-two scales
-    xs = (x0 + x4) * (1.0 / 8388608.0) + (x1 + x5) * (1.0 / 524288.0) + (x2 + x6) * (1.0 / 32768.0) \
-        + (x3 + x7) * (1.0 / 2048.0)
+    xs = (x0 + x4) + (x1 + x5) + (x2 + x6) + (x3 + x7)  # sum of each word's 8 inputs (the zero term)
+    # the slice's inputs times 2^d, with max |x| 2^d in [512, 1024): in fp16's range, a half's sum of
+    # four (q - 8) x stays below 2^15; for the fp32 decode, `_x_up`'s 2^23 cannot overflow. Exact
+    # (a power of two) and undone on the partial sums. em: max |x|'s exponent field, kept where
+    # both 2^d and 2^-d are normal floats
+    m = tl.maximum(tl.maximum(tl.max(tl.abs(x0)), tl.max(tl.abs(x1))), tl.maximum(tl.max(tl.abs(x2)), tl.max(tl.abs(x3))))
+    m = tl.maximum(m, tl.maximum(tl.maximum(tl.max(tl.abs(x4)), tl.max(tl.abs(x5))),
+                                 tl.maximum(tl.max(tl.abs(x6)), tl.max(tl.abs(x7)))))
+    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 10), 254)
+    up = ((263 - em) << 23).to(tl.float32, bitcast=True)  # 2^(136 - em)
+    unscale = ((em - 9) << 23).to(tl.float32, bitcast=True)
+    x0, x1, x2, x3, x4, x5, x6, x7, xs = x0 * up, x1 * up, x2 * up, x3 * up, x4 * up, x5 * up, x6 * up, x7 * up, xs * up
+    if F16:
+        x04, x15, x26, x37 = _h2(x0, x4), _h2(x1, x5), _h2(x2, x6), _h2(x3, x7)
+        h0, h1, h2, h3 = x0.to(tl.float16), x1.to(tl.float16), x2.to(tl.float16), x3.to(tl.float16)
+        h4, h5, h6, h7 = x4.to(tl.float16), x5.to(tl.float16), x6.to(tl.float16), x7.to(tl.float16)
+    else:  # pre-scaled for `_q8o`
+        x0, x1, x2, x3 = _x_up(x0, 0), _x_up(x1, 1), _x_up(x2, 2), _x_up(x3, 3)
+        x4, x5, x6, x7 = _x_up(x4, 0), _x_up(x5, 1), _x_up(x6, 2), _x_up(x7, 3)
     i = tl.arange(0, BN)
     for rt in range(0, NB, BN):
         # the next row tile is in flight while this one is used (none after the chunk's last)
@@ -188,13 +266,18 @@ def _w4_split_kernel(
         p_next = tl.load(w_ptrs, mask=nxt, other=0)
         sz_next = tl.load(s_ptrs, mask=nxt, other=0)
         p3 = tl.reshape(p, [BN, RK, HW])
-        hi = p3 >> 16
-        t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] + _q8o(p3, one, 3) * x3[None] \
-            + _q8o(hi, one, 0) * x4[None] + _q8o(hi, one, 1) * x5[None] + _q8o(hi, one, 2) * x6[None] + _q8o(hi, one, 3) * x7[None]
+        if F16:
+            t = _half2_dot(p3, x04[None], x15[None], x26[None], x37[None], h0[None], h1[None], h2[None], h3[None],
+                           h4[None], h5[None], h6[None], h7[None], F16 == 1)
+        else:
+            hi = p3 >> 16
+            t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] \
+                + _q8o(p3, one, 3) * x3[None] + _q8o(hi, one, 0) * x4[None] + _q8o(hi, one, 1) * x5[None] \
+                + _q8o(hi, one, 2) * x6[None] + _q8o(hi, one, 3) * x7[None]
         sz3 = tl.reshape(sz, [BN, RK, HW])
         s = (sz3 << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
         z = (sz3 & -65536).to(tl.float32, bitcast=True)
-        part = tl.sum(tl.sum(t * s + z * xs[None], axis=2), axis=1)
+        part = tl.sum(tl.sum(t * s + z * xs[None], axis=2), axis=1) * unscale
         out = row0 + rt + i
         tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
         p = p_next
@@ -269,8 +352,11 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
     grid = (triton.cdiv(n, nb), triton.cdiv(k // (16 * ikt), cfg.bko))
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
+    # fp16x2 products for 16-bit activations: packed PTX on the GPU, plain fp16 tensors under the
+    # interpreter (which runs no inline assembly); fp32 activations keep the exact fp32 decode
+    f16 = 0 if x.dtype == torch.float32 or not cfg.half2 else 1 if x.device.type == "cuda" else 2
     _w4_split_kernel[grid](
         x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt, NB=nb, BN=bn,
-        BKO=cfg.bko, SZT=transposed, PDL=pdl, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

@@ -124,9 +124,13 @@ def test_the_workspace_grows_and_keeps_what_it_outgrew():
 
 
 @here
-def test_every_nibble_value_and_extreme_inputs_are_exact_in_fp32():
-    """The magic-mantissa decode (`_q8o`) is exact for q = 0..15 at every nibble position, and the
-    2^(23 - 4b) input scaling neither overflows nor loses bits for large or tiny x."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_nibble_value_and_extreme_inputs_are_exact(dtype):
+    """Both decodes are exact for q = 0..15 at every nibble position: fp32 inputs take the
+    magic-mantissa fp32 decode (`_q8o`), whose 2^(23 - 4b) input scaling neither overflows nor
+    loses bits for large or tiny x; bf16 inputs the fp16x2 products (`_half2_dot`: the PTX on a GPU,
+    its fp16 stand-in under the interpreter), whose per-slice power-of-two scaling brings any x into
+    fp16's range."""
     n, k, gs = 16, 64, 32
     q = (torch.arange(n * k) % 16).view(n, k).to(torch.uint8)  # every value at every position
     s = torch.full((n, 2), 0.5).to(torch.bfloat16).float()
@@ -136,10 +140,29 @@ def test_every_nibble_value_and_extreme_inputs_are_exact_in_fp32():
     w = dequantize_int4(q, s, z, gs).to(DEV)
     for scale in (1.0, 2.0 ** 100, 2.0 ** -100):  # powers of two: every product is exact
         for c in range(32):  # one column at a time: y = w[:, c] * x_c, exact in fp32
-            x = torch.zeros(1, k, device=DEV)
+            x = torch.zeros(1, k, device=DEV, dtype=dtype)
             x[0, c] = scale
             y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=W4(8, 1, 16, 4))  # 2 slices
-            assert torch.equal(y, F.linear(x.double(), w.double()).float()), (scale, c)
+            assert torch.equal(y, F.linear(x.double(), w.double()).to(dtype)), (scale, c)
+
+
+@here
+@pytest.mark.parametrize("scale", [1.0, 2.0 ** 100, 2.0 ** -100])
+def test_half2_products_hold_outliers_and_any_magnitude(scale):
+    """bf16 inputs spanning 2^25 (an outlier among unit values, as in real activations) at any
+    overall magnitude: every product within fp16's rounding of the exact sum of |w x| (a wrong
+    range scaling would overflow to inf or flush to zero)."""
+    n, k, gs = 16, 256, 32
+    packed, sz, w = _int4(n, k, gs, 4, seed=21)
+    x = _rand(1, k, seed=22)
+    x[0, 5], x[0, 77], x[0, 200] = 30000.0, -1e-3, -900.0
+    x = (x * scale).to(torch.bfloat16)
+    ref = F.linear(x.double(), w.double())
+    bound = F.linear(x.double().abs(), w.double().abs())
+    for cfg in (W4(8, 1, 16, 4), W4(8, 4, 16, 4, half2=False)):  # 4 slices / 1; fp16x2 / the fp32 decode
+        y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg).double()
+        assert torch.isfinite(y).all()
+        torch.testing.assert_close(y, ref, atol=2 ** -8 * bound.max().item(), rtol=0)
 
 
 @here
