@@ -43,7 +43,7 @@ GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_wa
         "num_stages": [1, 2, 3]}
 # int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
 GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
-           "num_warps": [4, 8, 2]}
+           "num_warps": [4, 8, 2], "stages": [1, 3, 2, 4]}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
 
@@ -113,13 +113,16 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     cfg32 = replace(cfg0, half2=False) if int4 else None
     t_f32 = time_calls([lambda w=w: fused(w, cfg32) for w in ws], dev) if int4 else None
     err32 = (fused(ws[0], cfg32).float() - ref).abs().max().item() / max(1e-6, ref.abs().max().item()) if int4 else None
+    # int4: the default with row tiles pipelined through shared memory (W4SplitConfig.stages)
+    t_stages = {st: time_calls([lambda w=w: fused(w, replace(cfg0, stages=st)) for w in ws], dev)
+                for st in (1, 2, 3, 4) if st != cfg0.stages} if int4 else {}
     row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
            "N": N, "K": K, "prologue": pro, "residual": res, "weight_MB": nbytes / 1e6,
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
            "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace,
-           "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32}
+           "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32, "fused_stages_us": t_stages}
     if sweep:
         def evaluate(p: dict) -> float:
             cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
@@ -132,7 +135,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL"
          + (f"; {t_inplace:.1f} us on tinygemm's scales in place; {t_f32:.1f} us with the fp32 decode, "
-            f"rel err {err32:.2e}" if int4 else "") + ")"
+            f"rel err {err32:.2e}; stages " + ", ".join(f"{k_}: {v:.1f} us" for k_, v in t_stages.items())
+            if int4 else "") + ")"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
     ws.clear()

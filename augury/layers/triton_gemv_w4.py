@@ -46,6 +46,7 @@ class W4SplitConfig:
     bko: int = 2  # super-tiles (16 T columns each) per K slice
     rows_per_program: int = 256  # NB: a multiple of block_n
     num_warps: int = 4
+    stages: int = 1  # 1: the next row tile prefetched in registers; > 1: Triton's pipeline (shared memory)
     half2: bool = True  # bf16/fp16 inputs: packed fp16x2 products (`_HALF2_DOT`); False: the exact fp32 decode
 
 
@@ -163,6 +164,25 @@ def _half2_dot(p, x04, x15, x26, x37, h0, h1, h2, h3, h4, h5, h6, h7, ASM: tl.co
 
 
 @triton.jit
+def _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37, h0, h1, h2, h3, h4, h5, h6, h7,
+               xs, unscale, BN: tl.constexpr, RK: tl.constexpr, HW: tl.constexpr, F16: tl.constexpr):
+    """One row tile's partial sums over the slice: p, sz [BN * RK, HW] words and (scale, zero) pairs."""
+    p3 = tl.reshape(p, [BN, RK, HW])
+    if F16:
+        t = _half2_dot(p3, x04[None], x15[None], x26[None], x37[None], h0[None], h1[None], h2[None], h3[None],
+                       h4[None], h5[None], h6[None], h7[None], F16 == 1)
+    else:
+        hi = p3 >> 16
+        t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] \
+            + _q8o(p3, one, 3) * x3[None] + _q8o(hi, one, 0) * x4[None] + _q8o(hi, one, 1) * x5[None] \
+            + _q8o(hi, one, 2) * x6[None] + _q8o(hi, one, 3) * x7[None]
+    sz3 = tl.reshape(sz, [BN, RK, HW])
+    s = (sz3 << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
+    z = (sz3 & -65536).to(tl.float32, bitcast=True)
+    return tl.sum(tl.sum(t * s + z * xs[None], axis=2), axis=1) * unscale
+
+
+@triton.jit
 def _slice_sum(ws_ptr, N, rows, ok, n_split):
     """The K slices' partial sums of `rows`, added in slice order (the same bits whichever program
     adds them); `.cg` reads from L2, where the other programs' stores are."""
@@ -179,7 +199,7 @@ def _w4_split_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
-    SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -216,8 +236,9 @@ def _w4_split_kernel(
         s_ptrs = sz_ptr + grp.to(tl.int64) * N + (row0 + row_e)[:, None]
         s_step = BN
     w_step = (BN // 8) * KSUP * SPAN
-    p = tl.load(w_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
-    sz = tl.load(s_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
+    if STAGES == 1:  # the first row tile depends on no earlier kernel: in flight before gdc_wait
+        p = tl.load(w_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
+        sz = tl.load(s_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         tl.extra.cuda.gdc_launch_dependents()
@@ -250,6 +271,8 @@ def _w4_split_kernel(
     up = ((263 - em) << 23).to(tl.float32, bitcast=True)  # 2^(136 - em)
     unscale = ((em - 9) << 23).to(tl.float32, bitcast=True)
     x0, x1, x2, x3, x4, x5, x6, x7, xs = x0 * up, x1 * up, x2 * up, x3 * up, x4 * up, x5 * up, x6 * up, x7 * up, xs * up
+    x04, x15, x26, x37 = 0, 0, 0, 0
+    h0, h1, h2, h3, h4, h5, h6, h7 = 0, 0, 0, 0, 0, 0, 0, 0
     if F16:
         x04, x15, x26, x37 = _h2(x0, x4), _h2(x1, x5), _h2(x2, x6), _h2(x3, x7)
         h0, h1, h2, h3 = x0.to(tl.float16), x1.to(tl.float16), x2.to(tl.float16), x3.to(tl.float16)
@@ -258,30 +281,29 @@ def _w4_split_kernel(
         x0, x1, x2, x3 = _x_up(x0, 0), _x_up(x1, 1), _x_up(x2, 2), _x_up(x3, 3)
         x4, x5, x6, x7 = _x_up(x4, 0), _x_up(x5, 1), _x_up(x6, 2), _x_up(x7, 3)
     i = tl.arange(0, BN)
-    for rt in range(0, NB, BN):
-        # the next row tile is in flight while this one is used (none after the chunk's last)
-        w_ptrs += w_step
-        s_ptrs += s_step
-        nxt = ok_e & ((row0 + rt + BN + row_e < N) & (rt + BN < NB))[:, None]
-        p_next = tl.load(w_ptrs, mask=nxt, other=0)
-        sz_next = tl.load(s_ptrs, mask=nxt, other=0)
-        p3 = tl.reshape(p, [BN, RK, HW])
-        if F16:
-            t = _half2_dot(p3, x04[None], x15[None], x26[None], x37[None], h0[None], h1[None], h2[None], h3[None],
-                           h4[None], h5[None], h6[None], h7[None], F16 == 1)
-        else:
-            hi = p3 >> 16
-            t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] \
-                + _q8o(p3, one, 3) * x3[None] + _q8o(hi, one, 0) * x4[None] + _q8o(hi, one, 1) * x5[None] \
-                + _q8o(hi, one, 2) * x6[None] + _q8o(hi, one, 3) * x7[None]
-        sz3 = tl.reshape(sz, [BN, RK, HW])
-        s = (sz3 << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
-        z = (sz3 & -65536).to(tl.float32, bitcast=True)
-        part = tl.sum(tl.sum(t * s + z * xs[None], axis=2), axis=1) * unscale
-        out = row0 + rt + i
-        tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
-        p = p_next
-        sz = sz_next
+    if STAGES == 1:
+        for rt in range(0, NB, BN):
+            # the next row tile is in flight while this one is used (none after the chunk's last)
+            w_ptrs += w_step
+            s_ptrs += s_step
+            nxt = ok_e & ((row0 + rt + BN + row_e < N) & (rt + BN < NB))[:, None]
+            p_next = tl.load(w_ptrs, mask=nxt, other=0)
+            sz_next = tl.load(s_ptrs, mask=nxt, other=0)
+            part = _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37,
+                              h0, h1, h2, h3, h4, h5, h6, h7, xs, unscale, BN, RK, HW, F16)
+            out = row0 + rt + i
+            tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
+            p = p_next
+            sz = sz_next
+    else:  # Triton's software pipeline: STAGES - 1 row tiles in flight through shared memory
+        for rt in tl.range(0, NB, BN, num_stages=STAGES):
+            okr = ok_e & (row0 + rt + row_e < N)[:, None]
+            p = tl.load(w_ptrs + (rt // BN) * w_step, mask=okr, other=0)
+            sz = tl.load(s_ptrs + (rt // BN) * s_step, mask=okr, other=0)
+            part = _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37,
+                              h0, h1, h2, h3, h4, h5, h6, h7, xs, unscale, BN, RK, HW, F16)
+            out = row0 + rt + i
+            tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
 
     # the last of the chunk's K programs adds the partials (all stores above are visible to it:
     # each program's barrier + release, its acquire) and applies the epilogue
@@ -358,5 +380,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     _w4_split_kernel[grid](
         x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt, NB=nb, BN=bn,
-        BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, STAGES=cfg.stages, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

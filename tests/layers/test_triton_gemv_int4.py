@@ -66,10 +66,12 @@ def _untransposed(sz):
 
 # (T, group, N, K, config): several K slices, a ragged last slice (super-tiles past K masked), a
 # slice wider than K; several row tiles per chunk, a ragged last chunk; groups wider than a word's
-# 32-column block and than a super-tile; the shape-based default
-CASES = [(2, 32, 16, 128, W4(8, 2, 16, 4)), (2, 32, 24, 96, W4(8, 2, 16, 4)), (2, 32, 16, 64, W4(8, 4, 16, 4)),
+# 32-column block and than a super-tile; row tiles pipelined through shared memory (stages > 1,
+# ragged chunks included); the shape-based default
+CASES = [(2, 32, 16, 128, W4(8, 2, 16, 4)), (2, 32, 24, 96, W4(8, 2, 16, 4, stages=3)), (2, 32, 16, 64, W4(8, 4, 16, 4)),
          (4, 128, 16, 256, W4(8, 1, 16, 4)), (8, 64, 8, 256, W4(8, 2, 8, 4)), (4, 32, 16, 256, W4(16, 4, 16, 2)),
-         (8, 32, 16, 512, W4(8, 2, 16, 4)), (8, 256, 8, 512, W4(8, 1, 8, 4)), (8, 32, 40, 1024, None)]
+         (8, 32, 16, 512, W4(8, 2, 16, 4, stages=2)), (8, 256, 8, 512, W4(8, 1, 8, 4)), (8, 32, 40, 1024, None),
+         (4, 32, 40, 512, W4(8, 2, 32, 4, stages=4))]
 
 
 @here
