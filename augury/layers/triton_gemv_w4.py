@@ -47,6 +47,7 @@ class W4SplitConfig:
     rows_per_program: int = 256  # NB: a multiple of block_n
     num_warps: int = 4
     stages: int = 1  # 1: the next row tile prefetched in registers; > 1: Triton's pipeline (shared memory)
+    mma: bool = False  # 16-bit inputs, block_n % 16 == 0: the products on the tensor cores (`_MMA_DOT`)
     half2: bool = True  # bf16/fp16 inputs: packed fp16x2 products (`_HALF2_DOT`); False: the exact fp32 decode
 
 
@@ -193,6 +194,49 @@ def _slice_sum(ws_ptr, N, rows, ok, n_split):
 
 
 @triton.jit
+def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7):
+    """(2^d, 2^-d) with max |x| 2^d in [512, 1024) over the eight tensors: em is max |x|'s exponent
+    field, kept where both factors are normal floats."""
+    m = tl.maximum(tl.maximum(tl.max(tl.abs(x0)), tl.max(tl.abs(x1))), tl.maximum(tl.max(tl.abs(x2)), tl.max(tl.abs(x3))))
+    m = tl.maximum(m, tl.maximum(tl.maximum(tl.max(tl.abs(x4)), tl.max(tl.abs(x5))),
+                                 tl.maximum(tl.max(tl.abs(x6)), tl.max(tl.abs(x7)))))
+    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 10), 254)
+    return ((263 - em) << 23).to(tl.float32, bitcast=True), ((em - 9) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+            s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
+            HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
+    """After a program's partial sums are in the workspace: the last of its chunk's K programs adds
+    the chunk's partials in slice order and applies the epilogue."""
+    # the last of the chunk's K programs adds the partials (all stores above are visible to it:
+    # each program's barrier + release, its acquire) and applies the epilogue
+    tl.debug_barrier()
+    prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+    if prev == n_split - 1:
+        if ROPE_KV:
+            D: tl.constexpr = 2 * HALF
+            # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
+            pe = tl.arange(0, 2 * PP)
+            for hh in tl.static_range(NB // D):
+                head = pid_n * (NB // D) + hh
+                for j0 in tl.static_range(0, HALF, PP):
+                    rr = head * D + (pe % 2) * HALF + j0 + pe // 2
+                    acc = _slice_sum(ws_ptr, N, rr, rr < N, n_split)
+                    _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
+                                      slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
+        else:
+            rr = row0 + tl.arange(0, NB)
+            ok = rr < N
+            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, n_split), dt).to(dt)
+            if RESIDUAL:
+                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
+            tl.store(y_ptr + rr, y, mask=ok)
+        tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
+
+
+@triton.jit
 def _w4_split_kernel(
     x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
     N, K, G, one, eps, norm_k,
@@ -262,14 +306,8 @@ def _w4_split_kernel(
     xs = (x0 + x4) + (x1 + x5) + (x2 + x6) + (x3 + x7)  # sum of each word's 8 inputs (the zero term)
     # the slice's inputs times 2^d, with max |x| 2^d in [512, 1024): in fp16's range, a half's sum of
     # four (q - 8) x stays below 2^15; for the fp32 decode, `_x_up`'s 2^23 cannot overflow. Exact
-    # (a power of two) and undone on the partial sums. em: max |x|'s exponent field, kept where
-    # both 2^d and 2^-d are normal floats
-    m = tl.maximum(tl.maximum(tl.max(tl.abs(x0)), tl.max(tl.abs(x1))), tl.maximum(tl.max(tl.abs(x2)), tl.max(tl.abs(x3))))
-    m = tl.maximum(m, tl.maximum(tl.maximum(tl.max(tl.abs(x4)), tl.max(tl.abs(x5))),
-                                 tl.maximum(tl.max(tl.abs(x6)), tl.max(tl.abs(x7)))))
-    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 10), 254)
-    up = ((263 - em) << 23).to(tl.float32, bitcast=True)  # 2^(136 - em)
-    unscale = ((em - 9) << 23).to(tl.float32, bitcast=True)
+    # (a power of two) and undone on the partial sums
+    up, unscale = _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7)
     x0, x1, x2, x3, x4, x5, x6, x7, xs = x0 * up, x1 * up, x2 * up, x3 * up, x4 * up, x5 * up, x6 * up, x7 * up, xs * up
     x04, x15, x26, x37 = 0, 0, 0, 0
     h0, h1, h2, h3, h4, h5, h6, h7 = 0, 0, 0, 0, 0, 0, 0, 0
@@ -305,30 +343,182 @@ def _w4_split_kernel(
             out = row0 + rt + i
             tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
 
-    # the last of the chunk's K programs adds the partials (all stores above are visible to it:
-    # each program's barrier + release, its acquire) and applies the epilogue
-    tl.debug_barrier()
-    prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-    if prev == n_split - 1:
-        if ROPE_KV:
-            D: tl.constexpr = 2 * HALF
-            # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
-            pe = tl.arange(0, 2 * PP)
-            for hh in tl.static_range(NB // D):
-                head = pid_n * (NB // D) + hh
-                for j0 in tl.static_range(0, HALF, PP):
-                    rr = head * D + (pe % 2) * HALF + j0 + pe // 2
-                    acc = _slice_sum(ws_ptr, N, rr, rr < N, n_split)
-                    _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
-                                      slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
+    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+            s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
+
+
+# Two 8-row blocks' words (same super-tile, lane and word: rows g and g + 8 of a 16-row pair, g =
+# lane // 4) times the input, on the tensor cores: tinygemm's layout is the B operand layout of
+# mma.m16n8k16, so each lane's word is, nibble pair by nibble pair, the fp16x2 A fragment of the
+# weight as the M side (a0a1 / a4a5: row g, columns 2r, 2r+1 / 2r+8, 2r+9 of a k16 tile; a2a3 /
+# a6a7: row g + 8) once decoded (one LOP3 into 1024.0's mantissa, one HSUB2 / HFMA2 to q - 8,
+# exact); the input is the B operand with every one of its 8 columns equal to x ($4..$7: the
+# lane's fp16 pairs for nibbles 0/4, 1/5, 2/6, 3/7), so every lane ends with its rows' full sums
+# over the word's 32 columns ($0: row g, $1: row g + 8; fp32 accumulation of exact products).
+# Warp-collective: the caller's layout must put lane t of a warp on element (.., 32 s + t, ..).
+_MMA_DOT = tl.constexpr("""{
+.reg .b32 e0, e1, e2, e3, o0, o1, o2, o3, se, so, k1, k2, k3;
+.reg .f32 d0, d1, d2, d3, zf;
+mov.b32 k1, 0x64086408;
+mov.b32 k2, 0x2C002C00;
+mov.b32 k3, 0xD480D480;
+mov.f32 zf, 0f00000000;
+lop3.b32 e0, $2, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 e1, $2, 0x00F000F0, 0x64006400, 0xEA;
+shr.u32 se, $2, 8;
+lop3.b32 e2, se, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 e3, se, 0x00F000F0, 0x64006400, 0xEA;
+lop3.b32 o0, $3, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 o1, $3, 0x00F000F0, 0x64006400, 0xEA;
+shr.u32 so, $3, 8;
+lop3.b32 o2, so, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 o3, so, 0x00F000F0, 0x64006400, 0xEA;
+sub.rn.f16x2 e0, e0, k1;
+fma.rn.f16x2 e1, e1, k2, k3;
+sub.rn.f16x2 e2, e2, k1;
+fma.rn.f16x2 e3, e3, k2, k3;
+sub.rn.f16x2 o0, o0, k1;
+fma.rn.f16x2 o1, o1, k2, k3;
+sub.rn.f16x2 o2, o2, k1;
+fma.rn.f16x2 o3, o3, k2, k3;
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d0, d1, d2, d3}, {e0, o0, e1, o1}, {$4, $5}, {zf, zf, zf, zf};
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d0, d1, d2, d3}, {e2, o2, e3, o3}, {$6, $7}, {d0, d1, d2, d3};
+mov.f32 $0, d0;
+mov.f32 $1, d2;
+}""")
+
+
+@triton.jit
+def _lane_dot(p, x0, x1, x2, x3, x4, x5, x6, x7):
+    """sum_b (q_b - 8) x_b over one word's 8 nibbles, fp32 (the interpreter's stand-in: one lane's
+    share of `_MMA_DOT`'s sums, the other lanes' added by the caller's reduction)."""
+    lo = _q16(p, 0).to(tl.float32) * x0 + _q16(p, 1).to(tl.float32) * x1 + _q16(p, 2).to(tl.float32) * x2 \
+        + _q16(p, 3).to(tl.float32) * x3
+    hi = _q16(p, 4).to(tl.float32) * x4 + _q16(p, 5).to(tl.float32) * x5 + _q16(p, 6).to(tl.float32) * x6 \
+        + _q16(p, 7).to(tl.float32) * x7
+    return lo + hi
+
+
+@triton.jit
+def _mma_rows(d, sz, x8, r, I: tl.constexpr, BKO: tl.constexpr, ASM: tl.constexpr):
+    """[I, 128 BKO] word sums d (times 2^d) of one 8-row block per pair -> the [I, 8] rows'
+    partials: each word's sum times its group's scale, plus zero * (the word's inputs). On the
+    tensor cores every lane of a row holds the row's whole word sum (kept once: lane r = 0); in
+    the interpreter each lane its own share (all kept)."""
+    s = (sz << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
+    z = (sz & -65536).to(tl.float32, bitcast=True)
+    if ASM:
+        v = tl.where(r == 0, d * s, 0.0) + z * x8
+    else:
+        v = d * s + z * x8
+    # flat index 128 s + 4 t + w, t = 4 g + r: row g's entries are 16 consecutive ones per super-tile
+    v = tl.sum(tl.reshape(v, [I, BKO, 8, 16]), axis=3)
+    return tl.sum(v, axis=1)  # [I, 8]
+
+
+@triton.jit
+def _w4_mma_kernel(
+    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
+    N, K, G, one, eps, norm_k,
+    cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
+    PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
+    GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr,
+):
+    """`_w4_split_kernel`'s schedule with the products on the tensor cores (`_MMA_DOT`), T = 8 only.
+    A row tile is BN / 16 pairs of 8-row blocks, each as [BN / 16, 128 BKO] words: an 8-row
+    block's BKO super-tiles are 128 BKO contiguous words (super-tile s, lane t, word w at 128 s +
+    4 t + w), so the load's layout puts 4 consecutive words in a thread and 32 threads along a
+    super-tile: lane t of a warp holds lane t's words, the mma fragment order."""
+    tl.static_assert(IKT == 8)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n_split = tl.num_programs(1)
+    SPAN: tl.constexpr = 128  # columns per super-tile = words per (8-row block, super-tile)
+    I: tl.constexpr = BN // 16
+    KSUP = K // SPAN
+    dt = y_ptr.dtype.element_ty
+    f = tl.arange(0, 128 * BKO)[None, :]
+    t = (f // 4) % 32
+    w = f % 4
+    kt = pid_k * BKO + f // 128
+    ok_k = kt < KSUP
+    ii = tl.arange(0, I)[:, None]
+    row0 = pid_n * NB
+    row_e = row0 + 16 * ii + t // 4  # the even block's rows; the odd block's are 8 further
+    w_ptrs = w_ptr + ((row0 // 8 + 2 * ii).to(tl.int64) * KSUP + pid_k * BKO) * SPAN + f
+    if GS == 32:
+        grp = kt * 4 + w
+    else:
+        grp = (kt * SPAN + 32 * w) // GS
+    if SZT:
+        s_ptrs = sz_ptr + row_e.to(tl.int64) * G + grp
+        s_odd = 8 * G
+        s_step = BN * G
+    else:
+        s_ptrs = sz_ptr + grp.to(tl.int64) * N + row_e
+        s_odd = 8
+        s_step = BN
+    w_odd = KSUP * SPAN
+    w_step = (BN // 8) * KSUP * SPAN
+    ok_e = ok_k & (row_e < N)
+    ok_o = ok_k & (row_e + 8 < N)
+    pe = tl.load(w_ptrs, mask=ok_e, other=0)
+    po = tl.load(w_ptrs + w_odd, mask=ok_o, other=0)
+    se = tl.load(s_ptrs, mask=ok_e, other=0)
+    so = tl.load(s_ptrs + s_odd, mask=ok_o, other=0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
+    # the slice's inputs once, as [1, 128 BKO]: lane t's nibble b of word w multiplies x at column
+    # 128 kt + 32 w + 2 (t % 4) + (b >> 2) + 8 (b & 3)
+    col = kt * SPAN + 32 * w + 2 * (t % 4)
+    x0 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 0, PRO, dt)
+    x1 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 1, PRO, dt)
+    x2 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 2, PRO, dt)
+    x3 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 3, PRO, dt)
+    x4 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 4, PRO, dt)
+    x5 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 5, PRO, dt)
+    x6 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 6, PRO, dt)
+    x7 = _x_nib(x_ptr, g_ptr, col, ok_k, K, inv, 7, PRO, dt)
+    x8 = (x0 + x4) + (x1 + x5) + (x2 + x6) + (x3 + x7)  # the lane's 8 inputs (the zero term)
+    up, unscale = _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7)  # fp16's range, as `_w4_split_kernel`
+    x0, x1, x2, x3, x4, x5, x6, x7, x8 = x0 * up, x1 * up, x2 * up, x3 * up, x4 * up, x5 * up, x6 * up, x7 * up, x8 * up
+    # fp16-rounded, as the tensor cores see them
+    x0, x1, x2, x3 = x0.to(tl.float16).to(tl.float32), x1.to(tl.float16).to(tl.float32), \
+        x2.to(tl.float16).to(tl.float32), x3.to(tl.float16).to(tl.float32)
+    x4, x5, x6, x7 = x4.to(tl.float16).to(tl.float32), x5.to(tl.float16).to(tl.float32), \
+        x6.to(tl.float16).to(tl.float32), x7.to(tl.float16).to(tl.float32)
+    x04, x15, x26, x37 = _h2(x0, x4), _h2(x1, x5), _h2(x2, x6), _h2(x3, x7)
+    r = t % 4
+    i8 = tl.arange(0, I)[:, None] * 16 + tl.arange(0, 8)[None, :]  # [I, 8]: the even rows of the tile
+    for rt in range(0, NB, BN):
+        # the next row tile is in flight while this one is used (none after the chunk's last)
+        w_ptrs += w_step
+        s_ptrs += s_step
+        nxt = rt + BN < NB
+        ok_en = ok_e & (row_e + rt + BN < N) & nxt
+        ok_on = ok_o & (row_e + rt + BN + 8 < N) & nxt
+        pe_n = tl.load(w_ptrs, mask=ok_en, other=0)
+        po_n = tl.load(w_ptrs + w_odd, mask=ok_on, other=0)
+        se_n = tl.load(s_ptrs, mask=ok_en, other=0)
+        so_n = tl.load(s_ptrs + s_odd, mask=ok_on, other=0)
+        if ASM:
+            de, do = tl.inline_asm_elementwise(_MMA_DOT, "=f,=f,r,r,r,r,r,r", [pe, po, x04, x15, x26, x37],
+                                               dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
         else:
-            rr = row0 + tl.arange(0, NB)
-            ok = rr < N
-            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, n_split), dt).to(dt)
-            if RESIDUAL:
-                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
-            tl.store(y_ptr + rr, y, mask=ok)
-        tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
+            de = _lane_dot(pe, x0, x1, x2, x3, x4, x5, x6, x7)
+            do = _lane_dot(po, x0, x1, x2, x3, x4, x5, x6, x7)
+        out = row0 + rt + i8
+        tl.store(ws_ptr + pid_k * N + out, _mma_rows(de, se, x8, r, I, BKO, ASM) * unscale, mask=out < N)
+        tl.store(ws_ptr + pid_k * N + out + 8, _mma_rows(do, so, x8, r, I, BKO, ASM) * unscale, mask=out + 8 < N)
+        pe, po, se, so = pe_n, po_n, se_n, so_n
+
+    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+            s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
 
 
 _WORKSPACE: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -377,8 +567,15 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     # fp16x2 products for 16-bit activations: packed PTX on the GPU, plain fp16 tensors under the
     # interpreter (which runs no inline assembly); fp32 activations keep the exact fp32 decode
     f16 = 0 if x.dtype == torch.float32 or not cfg.half2 else 1 if x.device.type == "cuda" else 2
-    _w4_split_kernel[grid](
-        x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
-        PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt, NB=nb, BN=bn,
-        BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, STAGES=cfg.stages, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
-    )
+    common = dict(PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size,
+                  IKT=ikt, NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
+                  **({"launch_pdl": True} if pdl else {}))
+    args = (x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args)
+    if cfg.mma and cfg.bko < cfg.num_warps:
+        # fewer super-tiles than warps: Triton spreads a super-tile's lanes over threads otherwise
+        # than the mma fragments need (checked in the TTGIR, Triton 3.6)
+        raise ValueError(f"gemv: an int4 mma config needs bko >= num_warps, got {cfg}")
+    if f16 and cfg.mma and bn % 16 == 0 and ikt == 8:  # tensor cores: row tiles of whole 16-row pairs
+        _w4_mma_kernel[grid](*args, ASM=f16 == 1, **common)
+    else:
+        _w4_split_kernel[grid](*args, F16=f16, STAGES=cfg.stages, **common)
