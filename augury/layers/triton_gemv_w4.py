@@ -184,11 +184,11 @@ def _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37, h
 
 
 @triton.jit
-def _slice_sum(ws_ptr, N, rows, ok, n_split):
+def _slice_sum(ws_ptr, N, rows, ok, NSPLIT: tl.constexpr):
     """The K slices' partial sums of `rows`, added in slice order (the same bits whichever program
     adds them); `.cg` reads from L2, where the other programs' stores are."""
     acc = tl.zeros(rows.shape, dtype=tl.float32)
-    for s_i in range(0, n_split):
+    for s_i in tl.static_range(NSPLIT):  # unrolled: the NSPLIT loads are in flight together
         acc += tl.load(ws_ptr + s_i * N + rows, mask=ok, other=0.0, cache_modifier=".cg")
     return acc
 
@@ -205,7 +205,7 @@ def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7):
 
 
 @triton.jit
-def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
             HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
     """After a program's partial sums are in the workspace: the last of its chunk's K programs adds
@@ -214,7 +214,7 @@ def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin
     # each program's barrier + release, its acquire) and applies the epilogue
     tl.debug_barrier()
     prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-    if prev == n_split - 1:
+    if prev == NSPLIT - 1:
         if ROPE_KV:
             D: tl.constexpr = 2 * HALF
             # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
@@ -223,13 +223,13 @@ def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin
                 head = pid_n * (NB // D) + hh
                 for j0 in tl.static_range(0, HALF, PP):
                     rr = head * D + (pe % 2) * HALF + j0 + pe // 2
-                    acc = _slice_sum(ws_ptr, N, rr, rr < N, n_split)
+                    acc = _slice_sum(ws_ptr, N, rr, rr < N, NSPLIT)
                     _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
                                       slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
         else:
             rr = row0 + tl.arange(0, NB)
             ok = rr < N
-            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, n_split), dt).to(dt)
+            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT), dt).to(dt)
             if RESIDUAL:
                 y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
             tl.store(y_ptr + rr, y, mask=ok)
@@ -243,11 +243,11 @@ def _w4_split_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
-    SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr, STAGES: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr, STAGES: tl.constexpr, NSPLIT: tl.constexpr,
+    NORM_BLOCK: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    n_split = tl.num_programs(1)
     SPAN: tl.constexpr = 16 * IKT  # columns per super-tile; also words per 8-row block of one
     HW: tl.constexpr = IKT // 2
     RK: tl.constexpr = 4 * BKO  # (super-tile, lane r) pairs of the slice: a row's words there are RK x HW
@@ -288,7 +288,7 @@ def _w4_split_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     inv = 1.0
     if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
+        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
     # the slice's inputs, once, as [RK, HW]: nibble b of a word multiplies x at column
     # col + (b >> 2) + 8 (b & 3)
     j = tl.arange(0, RK)
@@ -343,7 +343,7 @@ def _w4_split_kernel(
             out = row0 + rt + i
             tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
 
-    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
 
 
@@ -423,7 +423,7 @@ def _w4_mma_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
-    SZT: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr,
+    SZT: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr, NORM_BLOCK: tl.constexpr,
 ):
     """`_w4_split_kernel`'s schedule with the products on the tensor cores (`_MMA_DOT`), T = 8 only.
     A row tile is BN / 16 pairs of 8-row blocks, each as [BN / 16, 128 BKO] words: an 8-row
@@ -433,7 +433,6 @@ def _w4_mma_kernel(
     tl.static_assert(IKT == 8)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    n_split = tl.num_programs(1)
     SPAN: tl.constexpr = 128  # columns per super-tile = words per (8-row block, super-tile)
     I: tl.constexpr = BN // 16
     KSUP = K // SPAN
@@ -472,7 +471,7 @@ def _w4_mma_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     inv = 1.0
     if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, 1024)
+        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
     # the slice's inputs once, as [1, 128 BKO]: lane t's nibble b of word w multiplies x at column
     # 128 kt + 32 w + 2 (t % 4) + (b >> 2) + 8 (b & 3)
     col = kt * SPAN + 32 * w + 2 * (t % 4)
@@ -517,7 +516,7 @@ def _w4_mma_kernel(
         tl.store(ws_ptr + pid_k * N + out + 8, _mma_rows(do, so, x8, r, I, BKO, ASM) * unscale, mask=out + 8 < N)
         pe, po, se, so = pe_n, po_n, se_n, so_n
 
-    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, n_split, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
 
 
@@ -567,7 +566,9 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     # fp16x2 products for 16-bit activations: packed PTX on the GPU, plain fp16 tensors under the
     # interpreter (which runs no inline assembly); fp32 activations keep the exact fp32 decode
     f16 = 0 if x.dtype == torch.float32 or not cfg.half2 else 1 if x.device.type == "cuda" else 2
-    common = dict(PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size,
+    # NSPLIT (the K slices) is a constant so the chunk's last program issues all its slice loads
+    # at once; NORM_BLOCK covers K in one step (one round trip for the norm, not K / 1024)
+    common = dict(NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size,
                   IKT=ikt, NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
                   **({"launch_pdl": True} if pdl else {}))
     args = (x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args)
