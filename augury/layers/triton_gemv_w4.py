@@ -54,15 +54,15 @@ class W4SplitConfig:
 def default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid):
     each Llama-3-8B product's best in the H200 sweep (`python -m augury.bench.gemv_gpu --weights
-    int4 --sweep`, docs/data/gpu9)."""
+    int4 --sweep`, docs/data/gpu10)."""
     if n >= 65536:  # LM head
-        return W4SplitConfig(block_n=32, bko=4, rows_per_program=256, num_warps=4)
+        return W4SplitConfig(block_n=32, bko=2, rows_per_program=1024, num_warps=4)
     if n >= 16384:  # gate/up
-        return W4SplitConfig(block_n=32, bko=2, rows_per_program=512, num_warps=2)
+        return W4SplitConfig(block_n=64, bko=2, rows_per_program=1024, num_warps=8)
     if k >= 8192:  # down: long K, few rows
-        return W4SplitConfig(block_n=32, bko=2, rows_per_program=256, num_warps=4)
+        return W4SplitConfig(block_n=32, bko=2, rows_per_program=512, num_warps=4)
     if n <= 4096:  # o_proj: fewer rows per program, more programs
-        return W4SplitConfig(block_n=64, bko=2, rows_per_program=128, num_warps=4)
+        return W4SplitConfig(block_n=128, bko=2, rows_per_program=128, num_warps=4)
     return W4SplitConfig()
 
 
