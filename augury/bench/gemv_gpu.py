@@ -44,10 +44,6 @@ GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_wa
 # int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
 GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
            "num_warps": [4, 8, 2], "stages": [1, 3, 2, 4]}
-# the tensor-core form (W4SplitConfig.mma) is swept from its own start: its valid configs differ
-GRID_W4_MMA = {"block_n": [32, 64, 16], "bko": [2, 4, 8], "rows_per_program": [512, 256, 1024, 128],
-               "num_warps": [2, 4, 1]}
-MMA_START = {"block_n": 32, "bko": 2, "rows_per_program": 512, "num_warps": 2, "mma": True}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
 
@@ -117,9 +113,6 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     cfg32 = replace(cfg0, half2=False) if int4 else None
     t_f32 = time_calls([lambda w=w: fused(w, cfg32) for w in ws], dev) if int4 else None
     err32 = (fused(ws[0], cfg32).float() - ref).abs().max().item() / max(1e-6, ref.abs().max().item()) if int4 else None
-    # int4: the tensor-core form (W4SplitConfig.mma) at its sweep start
-    err_mma = ((fused(ws[0], triton_gemv_w4.W4SplitConfig(**MMA_START)).float() - ref).abs().max().item()
-               / max(1e-6, ref.abs().max().item())) if int4 else None
     # int4: the default with row tiles pipelined through shared memory (W4SplitConfig.stages)
     t_stages = {st: time_calls([lambda w=w: fused(w, replace(cfg0, stages=st)) for w in ws], dev)
                 for st in (1, 2, 3, 4) if st != cfg0.stages} if int4 else {}
@@ -129,30 +122,20 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
            "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace,
-           "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32, "fused_stages_us": t_stages,
-           "mma_rel_err": err_mma}
+           "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32, "fused_stages_us": t_stages}
     if sweep:
         def evaluate(p: dict) -> float:
             cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
             return time_calls([lambda w=w: fused(w, cfg) for w in ws], dev, reps=7)
 
-        # int4: half the time for the CUDA-core form, half for the tensor-core form
-        first = time.perf_counter() + (deadline - time.perf_counter()) / 2 if int4 else deadline
-        best, best_t, tried = coordinate_search(GRID_W4 if int4 else GRID, dict(cfg0.__dict__), evaluate, first)
-        if int4:
-            mb, mt, mtried = coordinate_search(GRID_W4_MMA, dict(cfg0.__dict__) | MMA_START, evaluate,
-                                               deadline)
-            row.update(mma_best_config=mb, mma_best_us=mt, mma_best_frac_bw=nbytes / (mt * 1e-6) / bw, mma_tried=mtried)
-            _log(f"  {name}: tensor-core best {mt:.1f} us ({row['mma_best_frac_bw']:.1%}) {mb}")
-            if mt < best_t:
-                best, best_t = mb, mt
-            tried = tried + mtried
+        best, best_t, tried = coordinate_search(GRID_W4 if int4 else GRID, dict(cfg0.__dict__), evaluate,
+                                                deadline)
         row.update(best_config=best, fused_best_us=best_t, fused_best_frac_bw=nbytes / (best_t * 1e-6) / bw,
                    tried=tried)
     _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL"
          + (f"; {t_inplace:.1f} us on tinygemm's scales in place; {t_f32:.1f} us with the fp32 decode, "
-            f"rel err {err32:.2e}; tensor cores rel err {err_mma:.2e}; stages " + ", ".join(f"{k_}: {v:.1f} us" for k_, v in t_stages.items())
+            f"rel err {err32:.2e}; stages " + ", ".join(f"{k_}: {v:.1f} us" for k_, v in t_stages.items())
             if int4 else "") + ")"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"
             if sweep else "") + f", rel err {err:.2e}")
