@@ -171,9 +171,11 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
 
 # AUGURY_INT4_GEMV=1: one-row CUDA products of int4 weights run augury's split-K Triton GEMV on
 # tinygemm's packed bytes (`layers/triton_gemv_w4.py`), and the fused decode layer takes int4
-# projections. Measured on the H200 (8B, B=1, --compile): 312.4 tok/s against tinygemm's 286.9
-# (docs/benchmarks.md, ninth session). Off by default: the GEMV reads a transposed copy of the
-# scales (`gemv_scales`, +25% of the packed nibbles, built only when this is on).
+# projections. Measured on the H200 (8B, B=1, --compile, one machine start): 338.5 tok/s against
+# tinygemm's 284.1, +19% (docs/benchmarks.md, tenth session). Off by default: the GEMV reads a
+# transposed copy of the scales (`gemv_scales`, +25% of the packed nibbles, +0.94 GB on the 8B,
+# built only when this is on); reading tinygemm's pairs in place measured slower on the large
+# products.
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 
 

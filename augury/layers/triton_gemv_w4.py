@@ -15,12 +15,24 @@ a program owns a K slice (BKO super-tiles of 16 T columns) and a chunk of NB row
 - it streams its rows BN at a time as a 2-D tile [BN * 4 BKO, T / 2] (contiguous words: one
   vector load at T = 8; a 2-D layout every Triton version assigns alike), viewed as [BN, 4 BKO, T / 2]
   for the products, so a thread keeps one (super-tile, lane) and a row's sum is a warp shuffle;
-- per weight: one logic op, one add and one FMA (`_q8o`, exact in fp32), plus a scale and a
-  zero FMA per 8-weight word (~5 instructions per weight in all, sm_90);
+- the products: bf16/fp16 inputs (the models' dtypes) in packed fp16x2 arithmetic, a few lines
+  of inline PTX per word (`_HALF2_DOT`: two nibbles into 1024.0's mantissas in one LOP3, q - 8
+  in one HSUB2 / HFMA2, four HFMA2 against the inputs as fp16 pairs; ~3.7 loop instructions per
+  weight on sm_90, where the fp32 decode below takes ~5.2), with the slice's inputs scaled by a
+  power of two into fp16's range (`_pow2_range`, exact, undone on the partial sums); the
+  interpreter, which runs no inline assembly, computes the same products in fp16 tensors. fp32
+  inputs (and `half2=False`) keep an exact fp32 decode: one logic op, one add and one FMA per
+  weight (`_q8o`);
 - each row tile's partial sums go to a float32 workspace [S, N]; the last program of a row chunk
-  to finish (an atomic counter, acquire/release) adds the S partials in slice order, so the
-  result does not depend on which program finished last, and applies the epilogue. It resets
-  its counter, so the workspace needs no clearing between calls or CUDA-graph replays.
+  to finish (an atomic counter, acquire/release) adds the S partials in slice order (all S
+  loads in flight at once: S is a compile-time constant), so the result does not depend on
+  which program finished last, and applies the epilogue. It resets its counter, so the
+  workspace needs no clearing between calls or CUDA-graph replays.
+
+On the H200 the fp16x2 form is no longer issue-bound but latency-bound (one row tile in flight
+per program; Nsight Compute: DRAM 46%, 0.55 issued warps per scheduler per cycle with ~3 warps
+resident; docs/benchmarks.md, tenth session). `stages > 1` pipelines row tiles through shared
+memory instead (Triton's cp.async pipeline); it did not measure faster.
 
 Scales: tinygemm's bf16 (scale, zero) pairs [G, N, 2] read in place as int32 [G, N] (one load per
 word), or their transposed int32 copy [N, G] (`Int4Linear.gemv_scales`, what the measured path
