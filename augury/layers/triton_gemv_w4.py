@@ -43,6 +43,7 @@ high. Written so it also runs under TRITON_INTERPRET=1 (tests).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -220,9 +221,8 @@ def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
             HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
     """After a program's partial sums are in the workspace: the last of its chunk's K programs adds
-    the chunk's partials in slice order and applies the epilogue."""
-    # the last of the chunk's K programs adds the partials (all stores above are visible to it:
-    # each program's barrier + release, its acquire) and applies the epilogue
+    the chunk's partials in slice order and applies the epilogue (all the programs' stores are
+    visible to it: each program's barrier + release, its acquire)."""
     tl.debug_barrier()
     prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
     if prev == NSPLIT - 1:
@@ -403,11 +403,14 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     # fp16x2 products for 16-bit activations: packed PTX on the GPU, plain fp16 tensors under the
     # interpreter (which runs no inline assembly); fp32 activations keep the exact fp32 decode
-    f16 = 0 if x.dtype == torch.float32 or not cfg.half2 else 1 if x.device.type == "cuda" else 2
-    # NSPLIT (the K slices) is a constant so the chunk's last program issues all its slice loads
-    # at once; NORM_BLOCK covers K in one step (one round trip for the norm, not K / 1024)
-    common = dict(NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size,
-                  IKT=ikt, NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, num_warps=cfg.num_warps, num_stages=1,
-                  **({"launch_pdl": True} if pdl else {}))
-    args = (x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args)
-    _w4_split_kernel[grid](*args, F16=f16, STAGES=cfg.stages, **common)
+    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    f16 = 0 if x.dtype == torch.float32 or not cfg.half2 else 1 if compiled else 2
+    _w4_split_kernel[grid](
+        x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
+        PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt,
+        NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, STAGES=cfg.stages,
+        # the slice count is a constant, so the chunk's last program issues all its slice loads at
+        # once; the norm reads x in one step (one round trip, not K / 1024)
+        NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
+        num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
