@@ -386,6 +386,8 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
            group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool, transposed: bool = True) -> None:
     """`_w4_split_kernel` over (row chunks, K slices); arguments as `triton_gemv._launch` prepares them."""
     cfg = cfg or default_config(n, k, ikt)
+    if cfg.stages < 1:
+        raise ValueError(f"gemv: int4 stages must be >= 1, got {cfg}")
     if cfg.block_n < 8 or cfg.bko < 1 or cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
         # row tiles advance by whole 8-row blocks of tinygemm's layout
         raise ValueError(f"gemv: int4 block_n (>= 8) and bko must be powers of two, got {cfg}")

@@ -128,21 +128,24 @@ def test_the_workspace_grows_and_keeps_what_it_outgrew():
 
 
 @here
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_every_nibble_value_and_extreme_inputs_are_exact(dtype):
     """Both decodes are exact for q = 0..15 at every nibble position: fp32 inputs take the
     magic-mantissa fp32 decode (`_q8o`), whose 2^(23 - 4b) input scaling neither overflows nor
     loses bits for large or tiny x; bf16 inputs the fp16x2 products (`_half2_dot`: the PTX on a GPU,
     its fp16 stand-in under the interpreter), whose per-slice power-of-two scaling brings any x into
-    fp16's range."""
+    fp16's range. Each column's q differs from those of the columns a nibble or a nibble pair
+    away, so an input paired with the wrong nibble shows."""
     n, k, gs = 16, 64, 32
-    q = (torch.arange(n * k) % 16).view(n, k).to(torch.uint8)  # every value at every position
+    r, c = torch.arange(n)[:, None], torch.arange(k)[None, :]
+    q = ((r + c + 5 * (c // 8)) % 16).to(torch.uint8)  # every value at every position, per row
     s = torch.full((n, 2), 0.5).to(torch.bfloat16).float()
     z = torch.full((n, 2), 0.25).to(torch.bfloat16).float()
     packed = int4_layout.pack(q, 2).to(DEV)
     sz = int4_layout.transpose_scales(torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()).to(DEV)
     w = dequantize_int4(q, s, z, gs).to(DEV)
-    for scale in (1.0, 2.0 ** 100, 2.0 ** -100):  # powers of two: every product is exact
+    scales = (1.0, 2.0 ** 10, 2.0 ** -10) if dtype == torch.float16 else (1.0, 2.0 ** 100, 2.0 ** -100)
+    for scale in scales:  # powers of two: every product is exact
         for c in range(32):  # one column at a time: y = w[:, c] * x_c, exact in fp32
             x = torch.zeros(1, k, device=DEV, dtype=dtype)
             x[0, c] = scale
@@ -153,20 +156,23 @@ def test_every_nibble_value_and_extreme_inputs_are_exact(dtype):
 @here
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** 100, 2.0 ** -100])
 def test_half2_products_hold_outliers_and_any_magnitude(scale):
-    """bf16 inputs spanning 2^25 (an outlier among unit values, as in real activations) at any
-    overall magnitude: every product within fp16's rounding of the exact sum of |w x| (a wrong
-    range scaling would overflow to inf or flush to zero)."""
+    """bf16 inputs at any overall magnitude, plain and spanning 2^25 (an outlier among unit
+    values, as in real activations): every product within fp16's rounding of the exact sum of
+    |w x|. Without outliers that bound is ~16x below the result, so inputs scaled out of fp16's
+    range (overflowing to inf, or flushed towards zero) fail it."""
     n, k, gs = 16, 256, 32
     packed, sz, w = _int4(n, k, gs, 4, seed=21)
-    x = _rand(1, k, seed=22)
-    x[0, 5], x[0, 77], x[0, 200] = 30000.0, -1e-3, -900.0
-    x = (x * scale).to(torch.bfloat16)
-    ref = F.linear(x.double(), w.double())
-    bound = F.linear(x.double().abs(), w.double().abs())
-    for cfg in (W4(8, 1, 16, 4), W4(8, 4, 16, 4, half2=False)):  # 4 slices / 1; fp16x2 / the fp32 decode
-        y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg).double()
-        assert torch.isfinite(y).all()
-        torch.testing.assert_close(y, ref, atol=2 ** -8 * bound.max().item(), rtol=0)
+    plain = _rand(1, k, seed=22)
+    spread = plain.clone()
+    spread[0, 5], spread[0, 77], spread[0, 200] = 30000.0, -1e-3, -900.0
+    for x in (plain, spread):
+        x = (x * scale).to(torch.bfloat16)
+        ref = F.linear(x.double(), w.double())
+        bound = F.linear(x.double().abs(), w.double().abs())
+        for cfg in (W4(8, 1, 16, 4), W4(8, 4, 16, 4, half2=False)):  # 4 slices / 1; fp16x2 / the fp32 decode
+            y = gemv(x, packed, scales_zeros=sz, group_size=gs, cfg=cfg).double()
+            assert torch.isfinite(y).all()
+            torch.testing.assert_close(y, ref, atol=2 ** -8 * bound.max().item(), rtol=0)
 
 
 @here
@@ -322,6 +328,8 @@ def test_bad_int4_weights_and_configs_are_refused():
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(block_n=4, rows_per_program=16))
     with pytest.raises(ValueError, match="powers of two"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(bko=0))
+    with pytest.raises(ValueError, match="stages"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4(stages=0))
     p96, sz96, _ = _int4(16, 96, 32, 2, seed=8)
     with pytest.raises(ValueError, match="dividing K=96"):  # group 64 does not divide K
         gemv(_rand(1, 96), p96, scales_zeros=sz96[:, :1].contiguous(), group_size=64)
