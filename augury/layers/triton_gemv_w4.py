@@ -163,27 +163,30 @@ def _q16(p, b: tl.constexpr):
 
 
 @triton.jit
-def _half2_dot(p, x04, x15, x26, x37, h0, h1, h2, h3, h4, h5, h6, h7, ASM: tl.constexpr):
+def _half2_dot(p, x04, x15, x26, x37, x0, x1, x2, x3, x4, x5, x6, x7, ASM: tl.constexpr):
     """sum_b (q_b - 8) x_b per word of p, in fp16 arithmetic, as fp32. On the GPU the packed PTX
-    (`_HALF2_DOT`, inputs as pairs); under the interpreter (no inline assembly) the same products
-    and the same per-half order in fp16 tensors (inputs h0..h7; mul then add, not fused)."""
+    (`_HALF2_DOT`, inputs as fp16 pairs x04..x37); under the interpreter (no inline assembly) the
+    same products and the same per-half order in fp16 tensors (inputs x0..x7 rounded to fp16;
+    mul then add, not fused)."""
     if ASM:
         return tl.inline_asm_elementwise(_HALF2_DOT, "=f,r,r,r,r,r", [p, x04, x15, x26, x37],
                                          dtype=tl.float32, is_pure=True, pack=1)
     else:
-        lo = _q16(p, 0) * h0 + _q16(p, 1) * h1 + _q16(p, 2) * h2 + _q16(p, 3) * h3
-        hi = _q16(p, 4) * h4 + _q16(p, 5) * h5 + _q16(p, 6) * h6 + _q16(p, 7) * h7
+        lo = _q16(p, 0) * x0.to(tl.float16) + _q16(p, 1) * x1.to(tl.float16) + _q16(p, 2) * x2.to(tl.float16) \
+            + _q16(p, 3) * x3.to(tl.float16)
+        hi = _q16(p, 4) * x4.to(tl.float16) + _q16(p, 5) * x5.to(tl.float16) + _q16(p, 6) * x6.to(tl.float16) \
+            + _q16(p, 7) * x7.to(tl.float16)
         return lo.to(tl.float32) + hi.to(tl.float32)
 
 
 @triton.jit
-def _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37, h0, h1, h2, h3, h4, h5, h6, h7,
-               xs, unscale, BN: tl.constexpr, RK: tl.constexpr, HW: tl.constexpr, F16: tl.constexpr):
+def _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37, xs, unscale, BN: tl.constexpr, RK: tl.constexpr, HW: tl.constexpr, F16: tl.constexpr):
     """One row tile's partial sums over the slice: p, sz [BN * RK, HW] words and (scale, zero) pairs."""
     p3 = tl.reshape(p, [BN, RK, HW])
     if F16:
-        t = _half2_dot(p3, x04[None], x15[None], x26[None], x37[None], h0[None], h1[None], h2[None], h3[None],
-                       h4[None], h5[None], h6[None], h7[None], F16 == 1)
+        # (x04..x37 broadcast over the rows inside the asm; the interpreter never touches them)
+        t = _half2_dot(p3, x04, x15, x26, x37, x0[None], x1[None], x2[None], x3[None],
+                       x4[None], x5[None], x6[None], x7[None], F16 == 1)
     else:
         hi = p3 >> 16
         t = _q8o(p3, one, 0) * x0[None] + _q8o(p3, one, 1) * x1[None] + _q8o(p3, one, 2) * x2[None] \
@@ -320,13 +323,10 @@ def _w4_split_kernel(
     # (a power of two) and undone on the partial sums
     up, unscale = _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7)
     x0, x1, x2, x3, x4, x5, x6, x7, xs = x0 * up, x1 * up, x2 * up, x3 * up, x4 * up, x5 * up, x6 * up, x7 * up, xs * up
-    x04, x15, x26, x37 = 0, 0, 0, 0
-    h0, h1, h2, h3, h4, h5, h6, h7 = 0, 0, 0, 0, 0, 0, 0, 0
-    if F16:
+    x04, x15, x26, x37 = 0, 0, 0, 0  # the PTX's fp16 pairs (F16 == 1 only)
+    if F16 == 1:
         x04, x15, x26, x37 = _h2(x0, x4), _h2(x1, x5), _h2(x2, x6), _h2(x3, x7)
-        h0, h1, h2, h3 = x0.to(tl.float16), x1.to(tl.float16), x2.to(tl.float16), x3.to(tl.float16)
-        h4, h5, h6, h7 = x4.to(tl.float16), x5.to(tl.float16), x6.to(tl.float16), x7.to(tl.float16)
-    else:  # pre-scaled for `_q8o`
+    elif F16 == 0:  # pre-scaled for `_q8o`
         x0, x1, x2, x3 = _x_up(x0, 0), _x_up(x1, 1), _x_up(x2, 2), _x_up(x3, 3)
         x4, x5, x6, x7 = _x_up(x4, 0), _x_up(x5, 1), _x_up(x6, 2), _x_up(x7, 3)
     i = tl.arange(0, BN)
@@ -339,7 +339,7 @@ def _w4_split_kernel(
             p_next = tl.load(w_ptrs, mask=nxt, other=0)
             sz_next = tl.load(s_ptrs, mask=nxt, other=0)
             part = _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37,
-                              h0, h1, h2, h3, h4, h5, h6, h7, xs, unscale, BN, RK, HW, F16)
+                              xs, unscale, BN, RK, HW, F16)
             out = row0 + rt + i
             tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
             p = p_next
@@ -350,7 +350,7 @@ def _w4_split_kernel(
             p = tl.load(w_ptrs + (rt // BN) * w_step, mask=okr, other=0)
             sz = tl.load(s_ptrs + (rt // BN) * s_step, mask=okr, other=0)
             part = _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37,
-                              h0, h1, h2, h3, h4, h5, h6, h7, xs, unscale, BN, RK, HW, F16)
+                              xs, unscale, BN, RK, HW, F16)
             out = row0 + rt + i
             tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
 
