@@ -39,8 +39,8 @@ SHAPES = {
     "down": (4096, 14336, "silu_mul", True),
     "lm_head": (128256, 4096, None, False),
 }
-GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
-        "num_stages": [1, 2, 3]}
+GRID = {"programs_per_sm": [0, 1, 2, 3, 4, 6, 8], "block_n": [2, 4, 8, 16, 32],
+        "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
 # int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
 GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
            "num_warps": [4, 8, 2], "stages": [1, 3, 2, 4]}
@@ -184,6 +184,66 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     return row
 
 
+def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
+                      variants: tuple[int, ...] = (0, 1, 2, 3, 4)) -> dict:
+    """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
+    the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
+    down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools,
+    under PDL: per layer with attention and without it (o_proj then reads a fixed input), for
+    each `GemvConfig.programs_per_sm` in `variants`. The difference is what attention costs in
+    the chain, against its time alone."""
+    from augury.bench.kernels_gpu import _attention_case
+    from augury.layers import triton_paged_decode
+    from augury.layers.attention import attend_written
+    from augury.layers.triton_gemv import default_config, gemv, qkv_rope_kv
+
+    dt = torch.bfloat16
+    H, Hkv, D = 32, 8, 128
+    names = ("qkv", "o_proj", "gate_up", "down")
+    gm, n_slots = _attention_case(1, ctx, 1, H, Hkv, D, dev, dt)
+    W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
+         | {"kp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt),
+            "vp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt)} for _ in range(layers)]
+    g = torch.rand(4096, device=dev, dtype=dt) + 0.5
+    h = torch.randn(1, 4096, device=dev, dtype=dt)
+    o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
+    cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
+
+    def layer(L, cfgs, attn):
+        q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
+                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, cfg=cfgs["qkv"])
+        o = attend_written(q.view(1, H, D), L["kp"], L["vp"], gm, D ** -0.5, None).reshape(1, H * D) \
+            if attn else o_fixed
+        hh = gemv(o, L["o_proj"], residual=h, cfg=cfgs["o_proj"])
+        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, cfg=cfgs["gate_up"])
+        gemv(gu, L["down"], silu_mul=True, residual=hh, cfg=cfgs["down"])
+
+    nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
+    row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
+    early_default = triton_paged_decode._EARLY_ON
+    # (programs_per_sm, attention's first tile before its wait): each pps with it, the first also without
+    runs = [(pps, True) for pps in variants] + [(variants[0], False)] if variants else []
+    try:
+        for pps, early in runs:
+            triton_paged_decode._EARLY_ON = early
+            cfgs = {n: replace(default_config(*SHAPES[n][:2]), programs_per_sm=pps) for n in names}
+            v = {}
+            for attn in (True, False):
+                t = time_calls([lambda L=L: layer(L, cfgs, attn) for L in W], dev)
+                v["with_attention_us" if attn else "without_attention_us"] = t
+            v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
+            v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+            row["variants"][f"pps{pps}" + ("" if early else "_attn_early_off")] = v
+            _log(f"layer chain, programs_per_sm {pps}, attention early tile {'on' if early else 'off'}: "
+                 f"{v['with_attention_us']:.1f} us per layer ({v['frac_bw_with_attention']:.1%} of the reading), "
+                 f"{v['without_attention_us']:.1f} without attention (attention adds {v['attention_in_chain_us']:.1f})")
+    finally:
+        triton_paged_decode._EARLY_ON = early_default
+    W.clear()
+    torch.cuda.empty_cache()
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m augury.bench.gemv_gpu")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
@@ -192,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16",
                     help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
-    ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chain (bf16 only)")
+    ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
+    ap.add_argument("--layer-variants", default="0,1,2,3,4",
+                    help="bf16: programs_per_sm values timed in the whole-layer chain")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
@@ -209,9 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench_shape(s, dev, bw, a.sweep, time.perf_counter() + per, a.weights == "int4"))
         (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows},
                                                                     indent=1))
-    chain = None if a.no_chain or a.weights == "int4" else bench_chain(dev, bw)
+    chain = layer_chain = None
+    if not a.no_chain and a.weights == "bf16":
+        chain = bench_chain(dev, bw)
+        layer_chain = bench_layer_chain(dev, bw, variants=tuple(int(v) for v in a.layer_variants.split(",") if v))
     (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows,
-                                                                "chain": chain}, indent=1))
+                                                                "chain": chain, "layer_chain": layer_chain},
+                                                               indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))
                 * (32 if r["name"] != "lm_head" else 1) for r in rows)
