@@ -193,7 +193,6 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     each `GemvConfig.programs_per_sm` in `variants`. The difference is what attention costs in
     the chain, against its time alone."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers import triton_paged_decode
     from augury.layers.attention import attend_written
     from augury.layers.triton_gemv import default_config, gemv, qkv_rope_kv
 
@@ -220,25 +219,18 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
     row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
-    early_default = triton_paged_decode._EARLY_ON
-    # (programs_per_sm, attention's first tile before its wait): each pps with it, the first also without
-    runs = [(pps, True) for pps in variants] + [(variants[0], False)] if variants else []
-    try:
-        for pps, early in runs:
-            triton_paged_decode._EARLY_ON = early
-            cfgs = {n: replace(default_config(*SHAPES[n][:2]), programs_per_sm=pps) for n in names}
-            v = {}
-            for attn in (True, False):
-                t = time_calls([lambda L=L: layer(L, cfgs, attn) for L in W], dev)
-                v["with_attention_us" if attn else "without_attention_us"] = t
-            v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
-            v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
-            row["variants"][f"pps{pps}" + ("" if early else "_attn_early_off")] = v
-            _log(f"layer chain, programs_per_sm {pps}, attention early tile {'on' if early else 'off'}: "
-                 f"{v['with_attention_us']:.1f} us per layer ({v['frac_bw_with_attention']:.1%} of the reading), "
-                 f"{v['without_attention_us']:.1f} without attention (attention adds {v['attention_in_chain_us']:.1f})")
-    finally:
-        triton_paged_decode._EARLY_ON = early_default
+    for pps in variants:
+        cfgs = {n: replace(default_config(*SHAPES[n][:2]), programs_per_sm=pps) for n in names}
+        v = {}
+        for attn in (True, False):
+            t = time_calls([lambda L=L: layer(L, cfgs, attn) for L in W], dev)
+            v["with_attention_us" if attn else "without_attention_us"] = t
+        v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
+        v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+        row["variants"][f"pps{pps}"] = v
+        _log(f"layer chain, programs_per_sm {pps}: {v['with_attention_us']:.1f} us per layer "
+             f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
+             f"attention (attention adds {v['attention_in_chain_us']:.1f})")
     W.clear()
     torch.cuda.empty_cache()
     return row

@@ -142,6 +142,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
+    VEC: tl.constexpr = 8,
 ):
     # Program p computes row blocks p, p + G, p + 2G, ... (G programs; G = the block count when
     # GemvConfig.programs_per_sm is 0, so one block each). Its weight stream runs on across its
@@ -172,18 +173,22 @@ def _gemv_kernel(
         w_rows = w_ptr + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * s_wn
         nxt = _block_rows(b + G, ROPE_KV, HALF, BLOCK_N)[0]
         w_next_rows = w_ptr + tl.minimum(nxt, N - 1)[:, None].to(tl.int64) * s_wn
-        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + offs_k
             # the next tile is loaded before this one is used: this block's next columns, or after
-            # its last tile the next block's first (masked off after the program's last block)
+            # its last tile the next block's first (masked off after the program's last block).
+            # The selects are on scalars and row pointers only: the column offsets stay a scalar
+            # plus arange, so the loads keep their 16-byte vectors.
             last = k0 + BLOCK_K >= K
-            kn = tl.where(last, offs_k, k + BLOCK_K)
-            src = tl.where(last, w_next_rows, w_rows)
-            lim = tl.where(last & (b + G >= NB), 0, K)  # no next tile after the program's last block
-            w_next = tl.load(src + kn[None, :], mask=(kn < lim)[None, :], other=0.0)
+            kn = tl.where(last, 0, k0 + BLOCK_K) + offs_k
+            lim = tl.where(last & (b + G >= NB), 0, K)
+            w_next = tl.load(tl.where(last, w_next_rows, w_rows) + kn[None, :], mask=(kn < lim)[None, :],
+                             other=0.0)
             xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
-            acc += w.to(tl.float32) * xv[None, :]
+            # each thread's VEC adjacent products (one 16-byte load) are summed in registers first:
+            # the running sums take 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would
+            acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
             w = w_next
         y = _rnd(tl.sum(acc, axis=1), dt).to(dt)  # exact: _rnd already rounded it
         if ROPE_KV:

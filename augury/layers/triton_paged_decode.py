@@ -41,8 +41,6 @@ from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exp
     sm_count, split_counters, split_plan, splits_for_sms)
 from augury.layers.triton_pdl import pdl_enabled
 
-# the first key tile loaded before the wait on the qkv kernel (`new_slots`); 0 turns it off (A/B)
-_EARLY_ON = os.environ.get("AUGURY_ATTN_EARLY", "1") != "0"
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -66,41 +64,20 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 
 
 @triton.jit
-def _tile_step(q, k, v, bias, m_i, l_i, acc, sm_scale, softcap, USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr):
-    """One key tile of the online softmax: q [M, BD], k / v [N, BD] in q's dtype, bias [M, N]
-    additive -> the updated (m_i, l_i, acc)."""
-    if FP32:
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        s = tl.dot(q, tl.trans(k))
-    s = s * sm_scale
-    if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
-        t = tl.exp(-2.0 * tl.abs(s / softcap))
-        s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
-    s = s + bias
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    p = tl.exp(s - m_new[:, None])
-    alpha = tl.exp(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    if FP32:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
-    return m_new, l_i, acc
-
-
-@triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
-    acc_ptr, m_ptr, l_ptr, cnt_ptr, new_ptr,
+    acc_ptr, m_ptr, l_ptr, cnt_ptr,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr, POISON: tl.constexpr,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:  # may start while the kernel before it runs (q and this step's K/V row come from it)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
     b = tl.program_id(0)
     h = tl.program_id(1)
     sp = tl.program_id(2)
@@ -111,29 +88,6 @@ def _paged_decode_kernel(
     row_ok = offs_m < max_q * REP
     j = tl.minimum(offs_m // REP, max_q - 1)  # query token of each program row
     head = h * REP + offs_m % REP
-    lo = sp * split_len
-    hi = tl.minimum(lo + split_len, max_kv)
-    k_base = k_ptr + h * s_kh + offs_d[None, :]
-    v_base = v_ptr + h * s_vh + offs_d[None, :]
-    bias_row = bias_ptr + b * s_bb + j[:, None] * s_bj
-    if EARLY:
-        # The split's first tile is loaded before waiting on the kernel before this one (the qkv
-        # product): every row it holds was written by earlier kernels except this step's new one
-        # (slot new_ptr[0]: one request, one new token), which is read again after the wait.
-        n0 = lo + offs_n
-        ok0 = n0 < hi
-        slots0 = tl.load(gather_ptr + b * s_gb + n0, mask=ok0, other=0).to(tl.int64)
-        ld0 = ok0[:, None] & d_ok[None, :]
-        k0 = tl.load(k_base + slots0[:, None] * s_kslot, mask=ld0, other=0.0)
-        v0 = tl.load(v_base + slots0[:, None] * s_vslot, mask=ld0, other=0.0)
-        bias0 = tl.load(bias_row + n0[None, :] * s_bn, mask=ok0[None, :], other=float("-inf")).to(tl.float32)
-        fix = (ok0 & (slots0 == tl.load(new_ptr).to(tl.int64)))[:, None] & d_ok[None, :]
-        if POISON:  # tests: what a stale read of the new row would hold, so a missed re-read shows
-            k0 = tl.where(fix, float("nan"), k0)
-            v0 = tl.where(fix, float("nan"), v0)
-    if PDL:  # may start while the kernel before it runs (q and this step's K/V row come from it)
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
     q = tl.load(q_ptr + b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
     cdt = q.dtype
@@ -141,16 +95,13 @@ def _paged_decode_kernel(
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    start0 = lo
-    if EARLY:
-        k0 = tl.where(fix, tl.load(k_base + slots0[:, None] * s_kslot, mask=fix, other=0.0), k0)
-        v0 = tl.where(fix, tl.load(v_base + slots0[:, None] * s_vslot, mask=fix, other=0.0), v0)
-        m_i, l_i, acc = _tile_step(q, k0.to(cdt), v0.to(cdt), bias0, m_i, l_i, acc, sm_scale, softcap,
-                                   USE_SOFTCAP, FP32)
-        start0 = lo + BLOCK_N
+    lo = sp * split_len
+    hi = tl.minimum(lo + split_len, max_kv)
+    k_base = k_ptr + h * s_kh + offs_d[None, :]
+    v_base = v_ptr + h * s_vh + offs_d[None, :]
     if PREFETCH:  # the next tile's slots are loaded a tile ahead: its K/V loads need not wait for them
-        nxt = tl.load(gather_ptr + b * s_gb + start0 + offs_n, mask=start0 + offs_n < hi, other=0)
-    for start in range(start0, hi, BLOCK_N):
+        nxt = tl.load(gather_ptr + b * s_gb + lo + offs_n, mask=lo + offs_n < hi, other=0)
+    for start in range(lo, hi, BLOCK_N):
         n = start + offs_n
         n_ok = n < hi
         if PREFETCH:
@@ -161,8 +112,26 @@ def _paged_decode_kernel(
         ld = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
         v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
-        bias = tl.load(bias_row + n[None, :] * s_bn, mask=n_ok[None, :], other=float("-inf")).to(tl.float32)  # [M, N]
-        m_i, l_i, acc = _tile_step(q, k, v, bias, m_i, l_i, acc, sm_scale, softcap, USE_SOFTCAP, FP32)
+        bias = tl.load(bias_ptr + b * s_bb + j[:, None] * s_bj + n[None, :] * s_bn,
+                       mask=n_ok[None, :], other=float("-inf")).to(tl.float32)  # [M, N]
+        if FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * sm_scale
+        if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
+        s = s + bias
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
+        m_i = m_new
     if SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
         if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
@@ -262,8 +231,6 @@ def paged_decode_attention(
     num_stages: int | None = None,
     one_launch: bool = True,
     prefetch: bool | None = None,
-    new_slots: torch.Tensor | None = None,
-    _poison: bool = False,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
@@ -272,14 +239,7 @@ def paged_decode_attention(
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
     num_warps / num_stages / prefetch override the choice (tests, sweeps). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
-    with the second kernel.
-
-    new_slots: for one request with one new token, the pool slot its K/V was just written to
-    ([1] long, `slot_mapping`). Each program then loads its first key tile before it waits on
-    the kernel before it (under programmatic dependent launch: the K/V of every earlier token is
-    already in the pools, so that load overlaps the qkv product's tail) and reads that one row
-    again after the wait. Ignored for other shapes. `_poison` (tests): the early tile's copy of
-    the new row is replaced by NaN, as a stale read would leave it."""
+    with the second kernel."""
     B, max_q, H, D = q.shape
     Hkv = k_pool.shape[1]
     rep = H // Hkv
@@ -309,12 +269,8 @@ def paged_decode_attention(
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = pdl_enabled(q.device)
-    early = _EARLY_ON and new_slots is not None and B == 1 and max_q == 1
-    if early and (new_slots.numel() != 1 or new_slots.device != q.device):
-        raise ValueError("new_slots: one slot, on q's device (one request with one new token)")
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
-        new_slots if early else gather_slots,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
@@ -323,7 +279,7 @@ def paged_decode_attention(
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
-        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, EARLY=early, POISON=early and _poison,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if S > 1 and not merged_here:
@@ -339,15 +295,14 @@ def paged_decode_attention(
 @torch.library.custom_op(
     "augury::paged_decode_attention", mutates_args=(),
     schema="(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor bias, float scale, "
-           "float? softcap, Tensor? new_slots=None) -> Tensor")
+           "float? softcap) -> Tensor")
 def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
-                    bias: torch.Tensor, scale: float, softcap: float | None,
-                    new_slots: torch.Tensor | None = None) -> torch.Tensor:
-    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap, new_slots=new_slots)
+                    bias: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap)
 
 
 @paged_decode_op.register_fake
-def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap, new_slots=None):
+def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap):
     return q.new_empty(q.shape)  # [B, max_q, H, D], contiguous, q's dtype (as the kernel writes it)
 
 
@@ -375,8 +330,6 @@ def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                       softcap)
     qp = q.view(B, max_q, H, D) if gm.q_index is None else q.index_select(0, gm.q_index).view(B, max_q, H, D)
     run = paged_decode_op if torch.compiler.is_compiling() else paged_decode_attention
-    # one request, one new token, rows in order: its K/V row is slot_mapping[0] (see new_slots)
-    new = gm.slot_mapping if B == 1 and max_q == 1 and T == 1 and gm.q_index is None else None
-    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap, new_slots=new)
+    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
     o = o.reshape(B * max_q, H, D)
     return o if gm.out_index is None else o.index_select(0, gm.out_index)

@@ -150,55 +150,6 @@ def test_bf16_8b_shape_and_graph_capture():
     torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
 
 
-@cuda_only
-def test_early_tile_after_the_qkv_kernel_writes_the_new_row_under_pdl():
-    """On the GPU: the qkv kernel writes this token's K/V row and attention (under programmatic
-    dependent launch) loads its first tiles before waiting on it. Over many steps, each writing a
-    new row into a pool slot that held other values, captured in a graph and replayed, attention
-    sees the new rows: bitwise what it computes from the finished pools without new_slots."""
-    from augury.layers.triton_gemv import qkv_rope_kv
-
-    torch.manual_seed(1)
-    H, Hkv, D, hidden, bs, ctx, steps = 32, 8, 128, 4096, 16, 1000, 24
-    dt = torch.bfloat16
-    per = -(-(ctx + steps) // bs)
-    kp = torch.randn(per * bs, Hkv, D, device=DEV, dtype=dt)
-    vp = torch.randn_like(kp)
-    w = torch.randn((H + 2 * Hkv) * D, hidden, device=DEV, dtype=dt) * 0.02
-    g = torch.rand(hidden, device=DEV, dtype=dt) + 0.5
-    cos, sin = torch.rand(D, device=DEV, dtype=dt), torch.rand(D, device=DEV, dtype=dt)
-    xs = [torch.randn(1, hidden, device=DEV, dtype=dt) for _ in range(steps)]
-    metas = [build_attention_metadata([SeqSpec(ctx + i, 1, {"full": list(range(per))})], bs, {"full": None},
-                                      DEV).groups["full"] for i in range(steps)]
-    biases = [gm.additive_mask(dt) for gm in metas]
-
-    def run():
-        outs = []
-        for x, gm, bias in zip(xs, metas, biases):
-            q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=kp, v_pool=vp,
-                            slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv)
-            outs.append(paged_decode_attention(q.view(1, 1, H, D), kp, vp, gm.gather_slots, bias, D ** -0.5,
-                                               new_slots=gm.slot_mapping))
-        return outs
-
-    k0, v0 = kp.clone(), vp.clone()
-    run()  # compile both kernels outside the capture
-    kp.copy_(k0), vp.copy_(v0)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got = run()
-    for _ in range(3):
-        kp.copy_(k0), vp.copy_(v0)
-        graph.replay()
-        torch.cuda.synchronize()
-        # the pools now hold every step's row; each step's attention saw the rows up to its own
-        for i, (o, gm, bias) in enumerate(zip(got, metas, biases)):
-            q = qkv_rope_kv(xs[i], w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=kp.clone(), v_pool=vp.clone(),
-                            slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv)
-            ref = paged_decode_attention(q.view(1, 1, H, D), kp, vp, gm.gather_slots, bias, D ** -0.5)
-            assert torch.equal(o, ref), f"step {i}"
-
-
 @here
 def test_attend_paged_matches_attend_on_mixed_steps():
     """The drop-in wiring (segments, padded rows, a prefill-wide segment left to SDPA) equals `attend`."""
@@ -334,35 +285,6 @@ def test_one_launch_is_bitwise_repeatable_and_leaves_the_counters_zero():
     b = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, num_splits=4, block_n=16)
     assert torch.equal(a, b)
     assert not _counters().any()
-
-
-@here
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # (the interpreter's bf16 dot is not exact)
-def test_first_tile_loaded_before_the_wait_rereads_the_new_row(splits, dtype):
-    """new_slots (one request, one new token): each program loads its first key tile before the
-    wait on the qkv kernel and reads the new token's row again after it. `_poison` makes the early
-    copy of that row NaN (what a stale read leaves): the output must be bitwise the plain one."""
-    # the new token (position 14 or 44) falls in the first tile of the last split
-    q, kp, vp, gm = _case([(14 if splits == 1 else 44, 1)], seed=30, dtype=dtype)
-    bias = gm.additive_mask(q.dtype)
-    new = gm.slot_mapping
-    assert new.numel() == 1
-    kw = dict(num_splits=splits, block_n=16)
-    plain = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, **kw)
-    early = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None, new_slots=new, _poison=True, **kw)
-    assert torch.isfinite(early).all()
-    assert torch.equal(early, plain)
-    assert not _counters().any()
-
-
-@here
-def test_new_slots_is_ignored_beyond_one_request_and_one_row():
-    q, kp, vp, gm = _case([(20, 1), (9, 1)], seed=31)
-    bias = gm.additive_mask(q.dtype)
-    plain = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None)
-    assert torch.equal(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, None,
-                                              new_slots=gm.slot_mapping, _poison=True), plain)
 
 
 def test_split_counters_persist_grow_and_stay_alive():
