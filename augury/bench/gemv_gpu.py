@@ -39,7 +39,7 @@ SHAPES = {
     "down": (4096, 14336, "silu_mul", True),
     "lm_head": (128256, 4096, None, False),
 }
-GRID = {"programs_per_sm": [0, 1, 2, 3, 4, 6, 8], "block_n": [2, 4, 8, 16, 32],
+GRID = {"block_n": [2, 4, 8, 16, 32],
         "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
 # int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
 GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
@@ -184,17 +184,18 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     return row
 
 
-def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
-                      variants: tuple[int, ...] = (0, 1, 2, 3, 4)) -> dict:
+def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
-    down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools,
-    under PDL: per layer with attention and without it (o_proj then reads a fixed input), for
-    each `GemvConfig.programs_per_sm` in `variants`. The difference is what attention costs in
-    the chain, against its time alone."""
+    down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
+    per layer with attention and without it (o_proj then reads a fixed input), with programmatic
+    dependent launch as the model runs it, and with it off for attention, for o_proj, and for
+    every kernel. The difference with and without attention is what attention costs in the chain
+    (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`)."""
     from augury.bench.kernels_gpu import _attention_case
+    from augury.layers import triton_paged_decode
     from augury.layers.attention import attend_written
-    from augury.layers.triton_gemv import default_config, gemv, qkv_rope_kv
+    from augury.layers.triton_gemv import gemv, qkv_rope_kv
 
     dt = torch.bfloat16
     H, Hkv, D = 32, 8, 128
@@ -208,29 +209,36 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
 
-    def layer(L, cfgs, attn):
+    def layer(L, pdl, attn):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
-                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, cfg=cfgs["qkv"])
+                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"])
         o = attend_written(q.view(1, H, D), L["kp"], L["vp"], gm, D ** -0.5, None).reshape(1, H * D) \
             if attn else o_fixed
-        hh = gemv(o, L["o_proj"], residual=h, cfg=cfgs["o_proj"])
-        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, cfg=cfgs["gate_up"])
-        gemv(gu, L["down"], silu_mul=True, residual=hh, cfg=cfgs["down"])
+        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"])
+        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
+        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"])
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
     row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
-    for pps in variants:
-        cfgs = {n: replace(default_config(*SHAPES[n][:2]), programs_per_sm=pps) for n in names}
-        v = {}
-        for attn in (True, False):
-            t = time_calls([lambda L=L: layer(L, cfgs, attn) for L in W], dev)
-            v["with_attention_us" if attn else "without_attention_us"] = t
-        v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
-        v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
-        row["variants"][f"pps{pps}"] = v
-        _log(f"layer chain, programs_per_sm {pps}: {v['with_attention_us']:.1f} us per layer "
-             f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
-             f"attention (attention adds {v['attention_in_chain_us']:.1f})")
+    on = {n: True for n in names} | {"attn": True}
+    variants = {"pdl": on, "attention_no_pdl": on | {"attn": False}, "o_proj_no_pdl": on | {"o_proj": False},
+                "no_pdl": {n: False for n in on}}
+    pdl_enabled = triton_paged_decode.pdl_enabled
+    try:
+        for name, pdl in variants.items():
+            triton_paged_decode.pdl_enabled = lambda d, _on=pdl["attn"]: _on and pdl_enabled(d)
+            v = {}
+            for attn in (True, False):
+                t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
+                v["with_attention_us" if attn else "without_attention_us"] = t
+            v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
+            v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+            row["variants"][name] = v
+            _log(f"layer chain, {name}: {v['with_attention_us']:.1f} us per layer "
+                 f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
+                 f"attention (attention adds {v['attention_in_chain_us']:.1f})")
+    finally:
+        triton_paged_decode.pdl_enabled = pdl_enabled
     W.clear()
     torch.cuda.empty_cache()
     return row
@@ -245,8 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16",
                     help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
-    ap.add_argument("--layer-variants", default="0,1,2,3,4",
-                    help="bf16: programs_per_sm values timed in the whole-layer chain")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
@@ -266,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     chain = layer_chain = None
     if not a.no_chain and a.weights == "bf16":
         chain = bench_chain(dev, bw)
-        layer_chain = bench_layer_chain(dev, bw, variants=tuple(int(v) for v in a.layer_variants.split(",") if v))
+        layer_chain = bench_layer_chain(dev, bw)
     (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows,
                                                                 "chain": chain, "layer_chain": layer_chain},
                                                                indent=1))

@@ -45,7 +45,6 @@ under TRITON_INTERPRET=1 on the CPU (tests).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, replace
 
@@ -65,34 +64,22 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
-    # 0: one program per block of block_n rows; p > 0: at most p programs per multiprocessor, each
-    # walking its blocks with one weight stream (fewer programs to start and drain, one norm each)
-    programs_per_sm: int = 0
-
-
-def _sm_count(dev: torch.device) -> int:
-    """Multiprocessors of a CUDA device; under the interpreter a small stand-in (3), so that
-    `programs_per_sm` makes programs walk several blocks in the CPU tests too."""
-    if dev.type != "cuda":
-        return 3
-    return _sm_count_cuda(dev.index if dev.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count_cuda(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-# A/B measurements: programs_per_sm for every product (unset: the defaults below)
-_PPS_ENV = os.environ.get("AUGURY_GEMV_PROGRAMS_PER_SM")
 
 
 def default_config(n: int, k: int) -> GemvConfig:
-    """Launch parameters from (N, K) alone (a captured step always launches the same grid)."""
-    cfg = GemvConfig(block_n=8, block_k=min(1024, triton.next_power_of_2(k)), num_warps=4, num_stages=1)
-    if _PPS_ENV is not None:
-        cfg = replace(cfg, programs_per_sm=int(_PPS_ENV))
-    return cfg
+    """Launch parameters from (N, K) alone (a captured step always launches the same grid). From
+    the H200 sweep of the 8B products (`python -m augury.bench.gemv_gpu --sweep`, docs/benchmarks.md
+    "Eleventh session"): long rows (down, K = 3.5 N) want 4-row blocks (more programs in flight);
+    square ones (o_proj) 2,048-column tiles over 8 warps; qkv (N = 1.5 K) 512-column tiles; the
+    tall gate_up the 8 x 1,024 default."""
+    bk = min(1024, triton.next_power_of_2(k))
+    if k >= 2 * n:
+        return GemvConfig(block_n=4, block_k=bk, num_warps=4)
+    if n <= k:
+        return GemvConfig(block_n=8, block_k=min(2048, triton.next_power_of_2(k)), num_warps=8)
+    if n <= 2 * k:
+        return GemvConfig(block_n=8, block_k=min(512, bk), num_warps=4)
+    return GemvConfig(block_n=8, block_k=bk, num_warps=4)
 
 
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -119,87 +106,38 @@ def _rnd(x, dt: tl.constexpr):
 
 
 @triton.jit
-def _block_rows(b, ROPE_KV: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The output rows of row block b. With ROPE_KV the rows go in rope pairs: entry 2i is row
-    j0 + i of a head, entry 2i + 1 its partner j0 + i + D/2, so the epilogue has both halves of
-    every rotation it writes. Returns (rows, head, j0)."""
-    if ROPE_KV:
-        per_head = HALF // (BLOCK_N // 2)
-        head = b // per_head
-        j0 = (b % per_head) * (BLOCK_N // 2)
-        i = tl.arange(0, BLOCK_N)
-        rows = head * (2 * HALF) + (i % 2) * HALF + j0 + i // 2
-    else:
-        head, j0 = b, 0
-        rows = b * BLOCK_N + tl.arange(0, BLOCK_N)
-    return rows, head, j0
-
-
-@triton.jit
 def _gemv_kernel(
     x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    VEC: tl.constexpr = 8,
+    VEC: tl.constexpr,
 ):
-    # Program p computes row blocks p, p + G, p + 2G, ... (G programs; G = the block count when
-    # GemvConfig.programs_per_sm is 0, so one block each). Its weight stream runs on across its
-    # blocks: the last tile of one block loads the first tile of the next, and the norm prologue's
-    # 1/rms is computed once per program, not once per block.
     pid = tl.program_id(0)
-    G = tl.num_programs(0)
-    NB = tl.cdiv(N, BLOCK_N)
-    dt = y_ptr.dtype.element_ty
-    offs_k = tl.arange(0, BLOCK_K)
-    rows, head, j0 = _block_rows(pid, ROPE_KV, HALF, BLOCK_N)
-    # out-of-range rows re-read the last one: loads need no row mask
-    w_rows = w_ptr + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * s_wn
-    # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
-    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes)
-    if EVEN_K:
-        w = tl.load(w_rows + offs_k[None, :])
+    if ROPE_KV:
+        # rows in rope pairs: entry 2i is row j0 + i of a head, entry 2i + 1 its partner j0 + i + D/2,
+        # so the epilogue has both halves of every rotation it writes
+        per_head = HALF // (BLOCK_N // 2)
+        head = pid // per_head
+        j0 = (pid % per_head) * (BLOCK_N // 2)
+        i = tl.arange(0, BLOCK_N)
+        rows = head * (2 * HALF) + (i % 2) * HALF + j0 + i // 2
     else:
-        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
-        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
-    inv = 1.0
-    if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
-    for b in range(pid, NB, G):
-        rows, head, j0 = _block_rows(b, ROPE_KV, HALF, BLOCK_N)
-        w_rows = w_ptr + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * s_wn
-        nxt = _block_rows(b + G, ROPE_KV, HALF, BLOCK_N)[0]
-        w_next_rows = w_ptr + tl.minimum(nxt, N - 1)[:, None].to(tl.int64) * s_wn
-        acc = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            k = k0 + offs_k
-            # the next tile is loaded before this one is used: this block's next columns, or after
-            # its last tile the next block's first (masked off after the program's last block).
-            # The selects are on scalars and row pointers only: the column offsets stay a scalar
-            # plus arange, so the loads keep their 16-byte vectors.
-            last = k0 + BLOCK_K >= K
-            kn = tl.where(last, 0, k0 + BLOCK_K) + offs_k
-            lim = tl.where(last & (b + G >= NB), 0, K)
-            w_next = tl.load(tl.where(last, w_next_rows, w_rows) + kn[None, :], mask=(kn < lim)[None, :],
-                             other=0.0)
-            xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
-            # each thread's VEC adjacent products (one 16-byte load) are summed in registers first:
-            # the running sums take 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would
-            acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
-            w = w_next
-        y = _rnd(tl.sum(acc, axis=1), dt).to(dt)  # exact: _rnd already rounded it
-        if ROPE_KV:
-            _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
-                              s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
-        else:
-            n_ok = rows < N
-            if RESIDUAL:
-                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32),
-                         dt).to(dt)
-            tl.store(y_ptr + rows, y, mask=n_ok)
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = rows < N
+    rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
+    dt = y_ptr.dtype.element_ty
+    acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, VEC=VEC, dt=dt)
+    y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
+    if ROPE_KV:
+        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
+                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+    else:
+        if RESIDUAL:
+            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
+        tl.store(y_ptr + rows, y, mask=n_ok)
 
 
 @triton.jit
@@ -230,6 +168,40 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
     else:
         xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
     return xv
+
+
+@triton.jit
+def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, VEC: tl.constexpr,
+                dt: tl.constexpr):
+    """sum_k W[rows, k] * prologue(x)[k] in fp32, W a plain [N, K] weight (row stride s_wn)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * s_wn
+    # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
+    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes)
+    if EVEN_K:
+        w = tl.load(w_rows + offs_k[None, :])
+    else:
+        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
+    # each thread's VEC adjacent products (one 16-byte load) are added in registers before
+    # the running sum: it takes 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would (at sm_90:
+    # 72 registers instead of 128-166, so 7 programs of 4 warps fit on a multiprocessor, not 3-4)
+    acc = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        # the next tile is loaded before this one is used (the last iteration's load is masked off)
+        kn = k + BLOCK_K
+        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0)
+        xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
+        acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
+        w = w_next
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit
@@ -343,13 +315,9 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, **consts) -> No
     cfg = cfg or default_config(n, k)
     if not isinstance(cfg, GemvConfig):
         raise ValueError("gemv: a plain weight takes a GemvConfig")
-    if cfg.programs_per_sm < 0:
-        raise ValueError("gemv: programs_per_sm is 0 (one program per row block) or a positive cap")
-    grid = triton.cdiv(n, cfg.block_n)
-    if cfg.programs_per_sm:
-        grid = min(grid, cfg.programs_per_sm * _sm_count(args[0].device))
-    _gemv_kernel[(grid,)](
+    _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
+        VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

@@ -5,8 +5,6 @@ machine the same checks run compiled, plus the 8B shapes and a captured CUDA gra
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -73,52 +71,6 @@ def test_silu_mul_prologue(dtype):
     gate, up = gu.chunk(2, dim=-1)
     y = gemv(gu, w, silu_mul=True, cfg=SMALL)
     _close(y, F.linear(F.silu(gate) * up, w), dtype)
-
-
-@here
-@pytest.mark.parametrize("pps", [1, 2])  # 3 or 6 programs (3 "SMs" under the interpreter)
-@pytest.mark.parametrize("case", ["plain", "norm_residual", "silu_mul", "ragged_k"])
-def test_programs_walking_several_blocks_equal_one_block_each(case, pps):
-    """GemvConfig.programs_per_sm: each program walks several row blocks with one weight stream
-    (the tile after a block's last is the next block's first). Every row's sum is the same
-    sequence of fp32 operations, so the result is bitwise the one-block-per-program one; the
-    blocks (13 or 25 rows in 4-row blocks) do not divide evenly among the programs."""
-    dtype = torch.bfloat16
-    n, k = (25, 96) if case != "ragged_k" else (13, 100)
-    kin = 2 * k if case == "silu_mul" else k
-    x, w = _rand(1, kin, seed=30, dtype=dtype, scale=2.0), _rand(n, k, seed=31, dtype=dtype)
-    kw = {}
-    if case == "norm_residual":
-        kw = dict(norm_weight=_rand(k, seed=32, dtype=dtype), eps=1e-5, residual=_rand(1, n, seed=33, dtype=dtype))
-    elif case == "silu_mul":
-        kw = dict(silu_mul=True)
-    want = gemv(x, w, cfg=SMALL, **kw)
-    got = gemv(x, w, cfg=replace(SMALL, programs_per_sm=pps), **kw)
-    assert torch.equal(got, want)
-
-
-@here
-def test_qkv_rope_kv_with_programs_walking_several_blocks():
-    """The rope epilogue's rows (pairs within a head) come from the block, not the program."""
-    from augury.config import RopeConfig
-    from augury.layers.rope import RotaryEmbedding
-
-    H, Hkv, D, hidden = 4, 2, 16, 64
-    dtype = torch.bfloat16
-    x, w = _rand(1, hidden, seed=40, dtype=dtype), _rand((H + 2 * Hkv) * D, hidden, seed=41, dtype=dtype)
-    g = _rand(hidden, seed=42, dtype=dtype)
-    cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([5], device=DEV))
-    slot = torch.tensor([3], device=DEV)
-    outs = []
-    for cfg in (SMALL, replace(SMALL, programs_per_sm=1)):
-        kp, vp = torch.zeros(8, Hkv, D, device=DEV, dtype=dtype), torch.zeros(8, Hkv, D, device=DEV, dtype=dtype)
-        q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=kp, v_pool=vp, slot=slot,
-                        num_heads=H, num_kv_heads=Hkv, cfg=cfg)
-        outs.append((q, kp, vp))
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
-    with pytest.raises(ValueError, match="programs_per_sm"):
-        gemv(x, w, cfg=replace(SMALL, programs_per_sm=-1))
 
 
 @here
@@ -352,8 +304,6 @@ def test_llama3_8b_shapes_on_cuda(n, k):
     y = gemv(x, w, residual=r)
     ref = r.float() + F.linear(x.float(), w.float())
     torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=2e-2)
-    for pps in (1, 3):  # programs walking several blocks: the same sums
-        torch.testing.assert_close(gemv(x, w, residual=r, cfg=GemvConfig(programs_per_sm=pps)), y, atol=0, rtol=0)
 
 
 @cuda_only
