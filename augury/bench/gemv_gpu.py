@@ -189,8 +189,8 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
     per layer with attention and without it (o_proj then reads a fixed input), with programmatic
-    dependent launch as the model runs it, and with it off for attention, for o_proj, and for
-    every kernel. The difference with and without attention is what attention costs in the chain
+    dependent launch for every kernel, with it off for attention (the default:
+    `triton_paged_decode._PDL_ON`), off for o_proj, and off for every kernel. The difference with and without attention is what attention costs in the chain
     (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`)."""
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers import triton_paged_decode
@@ -223,10 +223,10 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     on = {n: True for n in names} | {"attn": True}
     variants = {"pdl": on, "attention_no_pdl": on | {"attn": False}, "o_proj_no_pdl": on | {"o_proj": False},
                 "no_pdl": {n: False for n in on}}
-    pdl_enabled = triton_paged_decode.pdl_enabled
+    attn_default = triton_paged_decode._PDL_ON
     try:
         for name, pdl in variants.items():
-            triton_paged_decode.pdl_enabled = lambda d, _on=pdl["attn"]: _on and pdl_enabled(d)
+            triton_paged_decode._PDL_ON = pdl["attn"]
             v = {}
             for attn in (True, False):
                 t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
@@ -238,7 +238,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
                  f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
                  f"attention (attention adds {v['attention_in_chain_us']:.1f})")
     finally:
-        triton_paged_decode.pdl_enabled = pdl_enabled
+        triton_paged_decode._PDL_ON = attn_default
     W.clear()
     torch.cuda.empty_cache()
     return row

@@ -41,6 +41,12 @@ from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exp
     sm_count, split_counters, split_plan, splits_for_sms)
 from augury.layers.triton_pdl import pdl_enabled
 
+# Programmatic dependent launch around attention (start during the qkv product, let o_proj start
+# during attention): off by default. In a chain of fused 8B layers on the H200 it cost 5-10 us a
+# layer (`python -m augury.bench.gemv_gpu`, layer chain: 131.3 -> 126.4 us and 136.0 -> 126.2 us
+# with it off; docs/benchmarks.md "Eleventh session"): the early programs of the kernel after it
+# take multiprocessors and bandwidth from this latency-bound kernel. AUGURY_ATTN_PDL=1 turns it on.
+_PDL_ON = os.environ.get("AUGURY_ATTN_PDL", "0") == "1"
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -268,7 +274,7 @@ def paged_decode_attention(
     counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
-    pdl = pdl_enabled(q.device)
+    pdl = _PDL_ON and pdl_enabled(q.device)
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
