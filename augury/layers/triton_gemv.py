@@ -69,12 +69,12 @@ class GemvConfig:
 def default_config(n: int, k: int) -> GemvConfig:
     """Launch parameters from (N, K) alone (a captured step always launches the same grid). From
     the H200 sweep of the 8B products (`python -m augury.bench.gemv_gpu --sweep`, docs/benchmarks.md
-    "Eleventh session"): long rows (down, K = 3.5 N) want 4-row blocks (more programs in flight);
+    "Eleventh session"): long rows (down, K = 3.5 N) want 16-row blocks over 8 warps;
     square ones (o_proj) 2,048-column tiles over 8 warps; qkv (N = 1.5 K) 512-column tiles; the
     tall gate_up the 8 x 1,024 default."""
     bk = min(1024, triton.next_power_of_2(k))
     if k >= 2 * n:
-        return GemvConfig(block_n=4, block_k=bk, num_warps=4)
+        return GemvConfig(block_n=16, block_k=bk, num_warps=8)
     if n <= k:
         return GemvConfig(block_n=8, block_k=min(2048, triton.next_power_of_2(k)), num_warps=8)
     if n <= 2 * k:
