@@ -51,6 +51,19 @@ def test_plain_product(n, k):
 
 
 @here
+@pytest.mark.parametrize("n,k", [(12, 1500), (600, 600), (900, 600), (1300, 600)])
+def test_each_shape_default_runs(n, k):
+    """`default_config`'s four shape classes (long rows, square, qkv-like, tall), each with
+    masked rows or a ragged tile somewhere, at the launch parameters the model gets."""
+    from augury.layers.triton_gemv import default_config
+
+    cfgs = {default_config(*nk) for nk in [(12, 1500), (600, 600), (900, 600), (1300, 600)]}
+    assert len(cfgs) == 4
+    x, w, r = _rand(1, k, seed=50), _rand(n, k, seed=51), _rand(1, n, seed=52)
+    _close(gemv(x, w, residual=r), r + F.linear(x, w), x.dtype)
+
+
+@here
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norm_prologue_and_residual_epilogue_follow_the_unfused_ops(dtype):
     k, n = 96, 20
