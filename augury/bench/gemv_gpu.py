@@ -11,7 +11,9 @@ Times are per call, from CUDA-graph replays over distinct weight copies (several
 L2), as in `augury.bench.kernels_gpu`; bandwidth = weight bytes / time, against a read
 bandwidth measured in the same run. Also checks the fused result against the unfused ops.
 `--weights int4` runs the same products on int4 weights (tinygemm's packed layout, group 32),
-against tinygemm's own kernel. Writes DIR/gemv_gpu_{bf16,int4}.json.
+against tinygemm's own kernel. bf16 also times two 32-layer chains (`chain`: a layer's four
+products back to back; `layer_chain`: the whole fused layer with attention, under several
+programmatic-dependent-launch choices). Writes DIR/gemv_gpu_{bf16,int4}.json.
 """
 
 from __future__ import annotations
@@ -190,8 +192,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
     per layer with attention and without it (o_proj then reads a fixed input), with programmatic
     dependent launch for every kernel, with it off for attention (the default:
-    `triton_paged_decode._PDL_ON`), off for o_proj, and off for every kernel. The difference with and without attention is what attention costs in the chain
-    (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`)."""
+    `triton_paged_decode._PDL_ON`), off for o_proj, and off for every kernel. The difference with
+    and without attention is what attention costs in the chain (against its time alone:
+    `augury.bench.kernels_gpu --only attn-onelaunch`)."""
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers import triton_paged_decode
     from augury.layers.attention import attend_written
@@ -269,13 +272,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench_shape(s, dev, bw, a.sweep, time.perf_counter() + per, a.weights == "int4"))
         (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows},
                                                                     indent=1))
-    chain = layer_chain = None
+    res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
-        chain = bench_chain(dev, bw)
-        layer_chain = bench_layer_chain(dev, bw)
-    (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows,
-                                                                "chain": chain, "layer_chain": layer_chain},
-                                                               indent=1))
+        for key, fn in (("chain", bench_chain), ("layer_chain", bench_layer_chain)):
+            res[key] = fn(dev, bw)
+            (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))
                 * (32 if r["name"] != "lm_head" else 1) for r in rows)

@@ -37,7 +37,8 @@ epilogues. `Int4Linear` only routes to it with AUGURY_INT4_GEMV=1 (`quant_linear
 says why it is off by default).
 
 For plain weights each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
-[BLOCK_N, BLOCK_K] fp32 partial that is reduced once after the loop: no split-K, no
+[BLOCK_N, BLOCK_K / VEC] fp32 partial (one per 16-byte vector a thread loads) that is reduced
+once after the loop: no split-K, no
 second kernel, no atomics, so the result is deterministic (the int4 kernel splits K and adds
 the slices in a fixed order: deterministic too). Written so it also runs
 under TRITON_INTERPRET=1 on the CPU (tests).
@@ -67,18 +68,22 @@ class GemvConfig:
 
 
 def default_config(n: int, k: int) -> GemvConfig:
-    """Launch parameters from (N, K) alone (a captured step always launches the same grid). From
-    the H200 sweep of the 8B products (`python -m augury.bench.gemv_gpu --sweep`, docs/benchmarks.md
-    "Eleventh session"): long rows (down, K = 3.5 N) want 16-row blocks over 8 warps;
-    square ones (o_proj) 2,048-column tiles over 8 warps; qkv (N = 1.5 K) 512-column tiles; the
-    tall gate_up the 8 x 1,024 default."""
+    """Launch parameters from (N, K) alone (a captured step always launches the same grid).
+
+    Rows of K >= 2,048 columns (8B-sized layers) by shape class, from the H200 sweep of the 8B
+    products (`python -m augury.bench.gemv_gpu --sweep`, docs/benchmarks.md "Eleventh session"):
+    K >= 2N (down: K = 3.5 N) 16-row blocks over 8 warps; N <= K < 2N (o_proj: N = K) 2,048-column
+    tiles over 8 warps; K < N <= 2K (qkv: N = 1.5 K) 512-column tiles; N > 2K (gate_up) and every
+    smaller layer 8 rows x 1,024 columns over 4 warps (smaller layers were not swept: there the
+    wider blocks would leave fewer programs than multiprocessors)."""
     bk = min(1024, triton.next_power_of_2(k))
-    if k >= 2 * n:
-        return GemvConfig(block_n=16, block_k=bk, num_warps=8)
-    if n <= k:
-        return GemvConfig(block_n=8, block_k=min(2048, triton.next_power_of_2(k)), num_warps=8)
-    if n <= 2 * k:
-        return GemvConfig(block_n=8, block_k=min(512, bk), num_warps=4)
+    if k >= 2048:
+        if k >= 2 * n:
+            return GemvConfig(block_n=16, block_k=bk, num_warps=8)
+        if n <= k:
+            return GemvConfig(block_n=8, block_k=2048, num_warps=8)
+        if n <= 2 * k:
+            return GemvConfig(block_n=8, block_k=512, num_warps=4)
     return GemvConfig(block_n=8, block_k=bk, num_warps=4)
 
 
@@ -190,8 +195,9 @@ def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constex
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
     # each thread's VEC adjacent products (one 16-byte load) are added in registers before
-    # the running sum: it takes 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would (at sm_90:
-    # 72 registers instead of 128-166, so 7 programs of 4 warps fit on a multiprocessor, not 3-4)
+    # the running sum: it takes 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would (8 x 1,024
+    # tiles at sm_90: 56-94 registers instead of 128-166, so 5-7 programs of 4 warps fit on a
+    # multiprocessor instead of 3-4)
     acc = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k

@@ -150,6 +150,26 @@ def test_bf16_8b_shape_and_graph_capture():
     torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
 
 
+@cuda_only
+def test_programmatic_dependent_launch_path_gives_the_same_result(monkeypatch):
+    """AUGURY_ATTN_PDL=1 (`_PDL_ON`, off by default): the kernel under programmatic dependent
+    launch, after a kernel that writes its q, equals the plain launch bitwise."""
+    from augury.layers import triton_paged_decode
+    from augury.layers.triton_pdl import pdl_enabled
+
+    if not pdl_enabled(DEV):
+        pytest.skip("no programmatic dependent launch on this device")
+    q, kp, vp, gm = _case([(300, 1)], H=32, Hkv=8, D=128, num_blocks=48, dtype=torch.bfloat16)
+    bias = gm.additive_mask(q.dtype)
+    src = torch.randn_like(q)
+    outs = []
+    for on in (False, True):
+        monkeypatch.setattr(triton_paged_decode, "_PDL_ON", on)
+        q.copy_(src * 2)  # the kernel before it writes q
+        outs.append(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125))
+    assert torch.equal(outs[0], outs[1])
+
+
 @here
 def test_attend_paged_matches_attend_on_mixed_steps():
     """The drop-in wiring (segments, padded rows, a prefill-wide segment left to SDPA) equals `attend`."""
