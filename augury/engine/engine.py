@@ -149,6 +149,13 @@ class Engine:
     # ---- public API (any thread) -------------------------------------------
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
                request_id: str | None = None) -> RequestHandle:
+        req, handle = self._prepare(prompt_ids, params, request_id)
+        self._commands.put(("add", req))
+        return handle
+
+    def _prepare(self, prompt_ids: Sequence[int], params: SamplingParams | None,
+                 request_id: str | None) -> tuple[Request, RequestHandle]:
+        """A validated request and its handle, counted as pending, not yet queued."""
         params = params or SamplingParams()
         params.validate()
         prompt = [int(t) for t in prompt_ids]
@@ -189,8 +196,7 @@ class Engine:
             raise
         handle = RequestHandle(rid, self.abort)
         req.sink = handle
-        self._commands.put(("add", req))
-        return handle
+        return req, handle
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
@@ -286,11 +292,21 @@ class Engine:
 
     def generate_batch(self, prompts: Sequence[str | Sequence[int]],
                        params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerationResult]:
-        """Submit all prompts at once (they share batches), wait for all."""
+        """Submit all prompts at once (they share batches), wait for all. The engine loop takes them
+        in one command, so the first step sees all of them: the batches, and with them the outputs,
+        do not depend on how fast the prompts were queued."""
         plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
-        handles = [self.submit(self.tokenizer.encode(p) if isinstance(p, str) else list(p),
-                               None if pp is None else _copy_params(pp)) for p, pp in zip(prompts, plist)]
-        return [self.collect(h) for h in handles]
+        prepared: list[tuple[Request, RequestHandle]] = []
+        try:
+            for p, pp in zip(prompts, plist):
+                prepared.append(self._prepare(self.tokenizer.encode(p) if isinstance(p, str) else list(p),
+                                              None if pp is None else _copy_params(pp), None))
+        except Exception:
+            with self._lock:  # none of them was queued
+                self._pending -= len(prepared)
+            raise
+        self._commands.put(("add_many", [req for req, _ in prepared]))
+        return [self.collect(h) for _, h in prepared]
 
     @staticmethod
     def collect(handle: RequestHandle) -> GenerationResult:
@@ -381,10 +397,12 @@ class Engine:
                                  skip_special_tokens=params.skip_special_tokens, prompt_ids=prompt)
 
     def _handle(self, cmd: str, arg: Any, idle_waiters: list[threading.Event]) -> None:
-        if cmd == "add":
+        if cmd in ("add", "add_many"):
+            reqs = [arg] if cmd == "add" else arg
             with self._lock:
-                self._pending -= 1
-            self.core.add(arg)
+                self._pending -= len(reqs)
+            for req in reqs:
+                self.core.add(req)
         elif cmd == "abort":
             self.core.abort(arg)
         elif cmd == "idle":

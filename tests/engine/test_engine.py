@@ -55,6 +55,32 @@ def test_batch_equals_alone(engine):
     assert together == alone
 
 
+def test_generate_batch_queues_its_prompts_in_one_command(engine, monkeypatch):
+    """The loop takes a batch's prompts together, so its first step sees all of them whatever the
+    thread timing (batch composition decides rounding, hence near-tie greedy tokens); a bad prompt
+    queues none of them and leaves nothing pending."""
+    seen = []
+
+    class Spy:  # the engine's command queue, recording what is put on it
+        def __init__(self, q):
+            self.q = q
+
+        def put(self, item, *a, **k):
+            seen.append(item[0])
+            self.q.put(item, *a, **k)
+
+        def __getattr__(self, name):
+            return getattr(self.q, name)
+
+    monkeypatch.setattr(engine, "_commands", Spy(engine._commands))
+    out = engine.generate_batch(prompts(3), GREEDY)
+    assert len(out) == 3 and seen == ["add_many"]
+    seen.clear()
+    with pytest.raises(ValueError, match="token ids"):
+        engine.generate_batch(prompts(2) + [[10 ** 9]], GREEDY)
+    assert seen == [] and engine._pending == 0
+
+
 def test_requests_join_mid_flight(engine):
     ps = prompts(4)
     alone = [engine.generate(p, GREEDY).token_ids for p in ps]
