@@ -41,8 +41,8 @@ SHAPES = {
     "down": (4096, 14336, "silu_mul", True),
     "lm_head": (128256, 4096, None, False),
 }
-GRID = {"block_n": [2, 4, 8, 16, 32],
-        "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
+GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3]}
 # int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
 GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
            "num_warps": [4, 8, 2], "stages": [1, 3, 2, 4]}

@@ -38,10 +38,9 @@ says why it is off by default).
 
 For plain weights each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a
 [BLOCK_N, BLOCK_K / VEC] fp32 partial (one per 16-byte vector a thread loads) that is reduced
-once after the loop: no split-K, no
-second kernel, no atomics, so the result is deterministic (the int4 kernel splits K and adds
-the slices in a fixed order: deterministic too). Written so it also runs
-under TRITON_INTERPRET=1 on the CPU (tests).
+once after the loop: no split-K, no second kernel, no atomics, so the result is deterministic
+(the int4 kernel splits K and adds the slices in a fixed order: deterministic too). Written so
+it also runs under TRITON_INTERPRET=1 on the CPU (tests).
 """
 
 from __future__ import annotations
