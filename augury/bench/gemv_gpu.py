@@ -186,24 +186,45 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     return row
 
 
-def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024) -> dict:
+# layer-chain variants: PDL per kernel (attention: a `triton_paged_decode.PDL_MODES` value) and
+# whether o_proj loads its first weight tile before its PDL wait (o_early)
+_ON = {"qkv": True, "attn": 1, "o_proj": True, "o_early": True, "gate_up": True, "down": True}
+LAYER_VARIANTS = {
+    "pdl": _ON,
+    "attention_no_pdl": _ON | {"attn": 0},  # the default (AUGURY_ATTN_PDL=0)
+    "attention_pdl_o_waits": _ON | {"o_early": False},
+    "attention_late": _ON | {"attn": 2},
+    "attention_late_o_waits": _ON | {"attn": 2, "o_early": False},
+    "attention_waits": _ON | {"attn": 3},
+    "o_proj_no_pdl": _ON | {"o_proj": False},
+    "no_pdl": {n: False for n in _ON} | {"attn": 0},
+    # attention's own launch (splits x key tiles; default at 1k keys: 9 x 128 keys, 4 warps)
+    "attention_no_pdl_5splits": _ON | {"attn": 0, "attn_kw": {"num_splits": 5, "block_n": 128}},
+    "attention_no_pdl_16x64": _ON | {"attn": 0, "attn_kw": {"num_splits": 16, "block_n": 64}},
+    "attention_no_pdl_8warps": _ON | {"attn": 0, "attn_kw": {"num_warps": 8}},
+    "attention_late_o_waits_16x64": _ON | {"attn": 2, "o_early": False,
+                                           "attn_kw": {"num_splits": 16, "block_n": 64}},
+}
+
+
+def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
+                      variants: list[str] | None = None) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
-    per layer with attention and without it (o_proj then reads a fixed input), with programmatic
-    dependent launch for every kernel, with it off for attention (the default:
-    `triton_paged_decode._PDL_ON`), off for o_proj, and off for every kernel. The difference with
-    and without attention is what attention costs in the chain (against its time alone:
-    `augury.bench.kernels_gpu --only attn-onelaunch`)."""
+    per layer with attention and without it (o_proj then reads a fixed input), under the
+    programmatic-dependent-launch choices of `LAYER_VARIANTS` (attention's: AUGURY_ATTN_PDL's
+    modes). The difference with and without attention is what attention costs in the chain
+    (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`)."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers import triton_paged_decode
-    from augury.layers.attention import attend_written
     from augury.layers.triton_gemv import gemv, qkv_rope_kv
+    from augury.layers.triton_paged_decode import paged_decode_attention
 
     dt = torch.bfloat16
     H, Hkv, D = 32, 8, 128
     names = ("qkv", "o_proj", "gate_up", "down")
     gm, n_slots = _attention_case(1, ctx, 1, H, Hkv, D, dev, dt)
+    bias = gm.additive_mask(dt)
     W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
          | {"kp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt),
             "vp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt)} for _ in range(layers)]
@@ -215,33 +236,26 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     def layer(L, pdl, attn):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"])
-        o = attend_written(q.view(1, H, D), L["kp"], L["vp"], gm, D ** -0.5, None).reshape(1, H * D) \
-            if attn else o_fixed
-        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"])
+        o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
+                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {})).reshape(1, H * D) if attn else o_fixed
+        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
         gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
         gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"])
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
     row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
-    on = {n: True for n in names} | {"attn": True}
-    variants = {"pdl": on, "attention_no_pdl": on | {"attn": False}, "o_proj_no_pdl": on | {"o_proj": False},
-                "no_pdl": {n: False for n in on}}
-    attn_default = triton_paged_decode._PDL_ON
-    try:
-        for name, pdl in variants.items():
-            triton_paged_decode._PDL_ON = pdl["attn"]
-            v = {}
-            for attn in (True, False):
-                t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
-                v["with_attention_us" if attn else "without_attention_us"] = t
-            v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
-            v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
-            row["variants"][name] = v
-            _log(f"layer chain, {name}: {v['with_attention_us']:.1f} us per layer "
-                 f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
-                 f"attention (attention adds {v['attention_in_chain_us']:.1f})")
-    finally:
-        triton_paged_decode._PDL_ON = attn_default
+    for name in variants or LAYER_VARIANTS:
+        pdl = LAYER_VARIANTS[name]
+        v = {"pdl": pdl}
+        for attn in (True, False):
+            t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
+            v["with_attention_us" if attn else "without_attention_us"] = t
+        v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
+        v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+        row["variants"][name] = v
+        _log(f"layer chain, {name}: {v['with_attention_us']:.1f} us per layer "
+             f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
+             f"attention (attention adds {v['attention_in_chain_us']:.1f})")
     W.clear()
     torch.cuda.empty_cache()
     return row
@@ -256,7 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16",
                     help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
+    ap.add_argument("--chains", default="chain,layer_chain", help="which chains to time (bf16 only)")
+    ap.add_argument("--layer-variants", default=",".join(LAYER_VARIANTS),
+                    help=f"layer-chain PDL variants, of {','.join(LAYER_VARIANTS)}")
     a = ap.parse_args(argv)
+    bad = [c for c in a.chains.split(",") if c and c not in ("chain", "layer_chain")] + \
+        [v for v in a.layer_variants.split(",") if v not in LAYER_VARIANTS]
+    if bad:
+        ap.error(f"unknown chain or layer variant {', '.join(bad)} (chains: chain, layer_chain; variants: "
+                 f"{', '.join(LAYER_VARIANTS)})")
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
         return 2
@@ -274,8 +296,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                     indent=1))
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
-        for key, fn in (("chain", bench_chain), ("layer_chain", bench_layer_chain)):
-            res[key] = fn(dev, bw)
+        chains = {"chain": bench_chain,
+                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=a.layer_variants.split(","))}
+        for key in (c for c in a.chains.split(",") if c):
+            res[key] = chains[key](dev, bw)
             (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))

@@ -116,7 +116,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    VEC: tl.constexpr,
+    VEC: tl.constexpr, EARLY_W: tl.constexpr = True,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -133,7 +133,7 @@ def _gemv_kernel(
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
     dt = y_ptr.dtype.element_ty
     acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
-                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, VEC=VEC, dt=dt)
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, VEC=VEC, dt=dt, EARLY_W=EARLY_W)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -177,18 +177,23 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 @triton.jit
 def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, VEC: tl.constexpr,
-                dt: tl.constexpr):
-    """sum_k W[rows, k] * prologue(x)[k] in fp32, W a plain [N, K] weight (row stride s_wn)."""
+                dt: tl.constexpr, EARLY_W: tl.constexpr = True):
+    """sum_k W[rows, k] * prologue(x)[k] in fp32, W a plain [N, K] weight (row stride s_wn).
+    EARLY_W: the first weight tile is loaded before the PDL wait (else after it)."""
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rows[:, None].to(tl.int64) * s_wn
     # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
-    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes)
+    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes),
+    # unless that kernel is latency-bound and the loads would only slow it (EARLY_W off)
+    if PDL and not EARLY_W:
+        tl.extra.cuda.gdc_wait()
     if EVEN_K:
         w = tl.load(w_rows + offs_k[None, :])
     else:
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    if PDL:
+    if PDL and EARLY_W:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
+    if PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
     inv = 1.0
     if PRO == 1:
@@ -276,14 +281,16 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
          silu_mul: bool = False, residual: torch.Tensor | None = None,
          scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-         cfg=None, pdl: bool | None = None) -> torch.Tensor:
+         cfg=None, pdl: bool | None = None, early_weights: bool = True) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
     residual: [1, N], added to the rounded product.
     scales_zeros / group_size: w is an int4 weight in tinygemm's layout (see `_weight`).
-    cfg: a `GemvConfig`, or for int4 a `triton_gemv_w4.W4SplitConfig`."""
+    cfg: a `GemvConfig`, or for int4 a `triton_gemv_w4.W4SplitConfig`.
+    early_weights: under PDL, the first weight tile is loaded before waiting for the previous
+    kernel (default); False waits first (after a latency-bound kernel such as attention)."""
     if norm_weight is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
     N, K, w4 = _weight(w, scales_zeros, group_size)
@@ -296,14 +303,15 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
     _launch(cfg, pdl, w4, (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
-            PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
+            early_weights=early_weights, PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
     return y
 
 
-def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, **consts) -> None:
+def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: bool = True, **consts) -> None:
     """`_gemv_kernel` over N / block_n programs with the launch parameters of `cfg`, under PDL where
     it is enabled for the device (args[0] is x) unless `pdl` says otherwise; int4 weights (w4) go
-    to the split-K kernel of `triton_gemv_w4` (cfg: its `W4SplitConfig`)."""
+    to the split-K kernel of `triton_gemv_w4` (cfg: its `W4SplitConfig`). early_weights: see `gemv`
+    (plain weights only)."""
     pdl = pdl_enabled(args[0].device) if pdl is None else pdl
     if w4 is not None:
         from augury.layers import triton_gemv_w4  # it imports this module's helpers
@@ -323,6 +331,7 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, **consts) -> No
     _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
+        EARLY_W=early_weights,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 
@@ -406,23 +415,25 @@ def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Te
 @torch.library.custom_op(
     "augury::gemv", mutates_args=(),
     schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual, "
-           "Tensor? scales_zeros, int group_size) -> Tensor")
+           "Tensor? scales_zeros, int group_size, bool early_weights=True) -> Tensor")
 def gemv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, silu_mul: bool,
-            residual: torch.Tensor | None, scales_zeros: torch.Tensor | None, group_size: int) -> torch.Tensor:
+            residual: torch.Tensor | None, scales_zeros: torch.Tensor | None, group_size: int,
+            early_weights: bool = True) -> torch.Tensor:
     return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                scales_zeros=scales_zeros, group_size=group_size)
+                scales_zeros=scales_zeros, group_size=group_size, early_weights=early_weights)
 
 
 @gemv_op.register_fake
-def _(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size):
+def _(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size, early_weights=True):
     return x.new_empty((1, _rows_of(w, scales_zeros)))
 
 
 def fused_gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
                eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None,
-               scales_zeros: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
+               scales_zeros: torch.Tensor | None = None, group_size: int = 0,
+               early_weights: bool = True) -> torch.Tensor:
     """`gemv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size)
+        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size, early_weights)
     return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                scales_zeros=scales_zeros, group_size=group_size)
+                scales_zeros=scales_zeros, group_size=group_size, early_weights=early_weights)

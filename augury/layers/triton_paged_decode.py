@@ -46,7 +46,13 @@ from augury.layers.triton_pdl import pdl_enabled
 # layer (`python -m augury.bench.gemv_gpu`, layer chain: 131.3 -> 126.4 us and 136.0 -> 126.2 us
 # with it off; docs/benchmarks.md "Eleventh session"): the early programs of the kernel after it
 # take multiprocessors and bandwidth from this latency-bound kernel. AUGURY_ATTN_PDL=1 turns it on.
-_PDL_ON = os.environ.get("AUGURY_ATTN_PDL", "0") == "1"
+# AUGURY_ATTN_PDL picks where attention sits in the chain of dependent launches:
+#   0 (default): launched without PDL;  1: launched with PDL and lets the next kernel start at once;
+#   late: with PDL, lets the next kernel start once its key tiles are in (before the merge);
+#   wait: with PDL, the next kernel starts only when attention ends.
+# In every mode attention waits (gdc_wait) before it reads anything.
+PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3}
+_PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "0"), 0)
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -81,8 +87,9 @@ def _paged_decode_kernel(
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
-    if PDL:  # may start while the kernel before it runs (q and this step's K/V row come from it)
+    if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
+    if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -138,6 +145,8 @@ def _paged_decode_kernel(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
         m_i = m_new
+    if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
+        tl.extra.cuda.gdc_launch_dependents()
     if SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
         if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
@@ -237,13 +246,15 @@ def paged_decode_attention(
     num_stages: int | None = None,
     one_launch: bool = True,
     prefetch: bool | None = None,
+    pdl_mode: int | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
     one_launch: splits are merged by the last program of each (request, kv head) in the
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
-    num_warps / num_stages / prefetch override the choice (tests, sweeps). Inside a CUDA-graph
+    num_warps / num_stages / prefetch override the choice (tests, sweeps); pdl_mode: a value of
+    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
     B, max_q, H, D = q.shape
@@ -274,7 +285,7 @@ def paged_decode_attention(
     counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
-    pdl = _PDL_ON and pdl_enabled(q.device)
+    pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),

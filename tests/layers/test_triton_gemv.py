@@ -325,6 +325,28 @@ def test_llama3_8b_shapes_on_cuda(n, k):
     torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=2e-2)
 
 
+@here
+def test_weights_loaded_after_the_wait_give_the_same_product():
+    """early_weights=False (the first weight tile after the PDL wait) changes only when it loads."""
+    x, w, r = _rand(1, 100, seed=20), _rand(13, 100, seed=21), _rand(1, 13, seed=22)
+    assert torch.equal(gemv(x, w, residual=r, cfg=SMALL, early_weights=False), gemv(x, w, residual=r, cfg=SMALL))
+
+
+@cuda_only
+@pytest.mark.parametrize("pdl", [False, True])
+def test_weights_after_the_wait_on_cuda(pdl):
+    """The o_proj shape under PDL with the weights loaded after the wait, after a kernel that
+    writes its input, is bitwise the default launch."""
+    x, w, r = _rand(1, 4096, seed=23, dtype=torch.bfloat16), \
+        _rand(4096, 4096, seed=24, dtype=torch.bfloat16, scale=0.02), _rand(1, 4096, seed=25, dtype=torch.bfloat16)
+    src = x.clone()
+    outs = []
+    for early in (True, False):
+        x.copy_(src * 2)
+        outs.append(gemv(x, w, residual=r, pdl=pdl, early_weights=early))
+    assert torch.equal(outs[0], outs[1])
+
+
 @cuda_only
 def test_replays_in_a_cuda_graph():
     x, w = _rand(1, 4096, seed=12, dtype=torch.bfloat16), _rand(6144, 4096, seed=13, dtype=torch.bfloat16)

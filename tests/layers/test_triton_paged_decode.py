@@ -151,9 +151,10 @@ def test_bf16_8b_shape_and_graph_capture():
 
 
 @cuda_only
-def test_programmatic_dependent_launch_path_gives_the_same_result(monkeypatch):
-    """AUGURY_ATTN_PDL=1 (`_PDL_ON`, off by default): the kernel under programmatic dependent
-    launch, after a kernel that writes its q, equals the plain launch bitwise."""
+def test_programmatic_dependent_launch_modes_give_the_same_result(monkeypatch):
+    """Every AUGURY_ATTN_PDL mode (`PDL_MODES`; off by default): the kernel under programmatic
+    dependent launch, after a kernel that writes its q, equals the plain launch bitwise, through
+    the module setting and the call's own `pdl_mode`."""
     from augury.layers import triton_paged_decode
     from augury.layers.triton_pdl import pdl_enabled
 
@@ -163,11 +164,20 @@ def test_programmatic_dependent_launch_path_gives_the_same_result(monkeypatch):
     bias = gm.additive_mask(q.dtype)
     src = torch.randn_like(q)
     outs = []
-    for on in (False, True):
-        monkeypatch.setattr(triton_paged_decode, "_PDL_ON", on)
+    for mode in triton_paged_decode.PDL_MODES.values():
+        monkeypatch.setattr(triton_paged_decode, "_PDL_MODE", mode)
         q.copy_(src * 2)  # the kernel before it writes q
         outs.append(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125))
-    assert torch.equal(outs[0], outs[1])
+        q.copy_(src * 2)
+        outs.append(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, pdl_mode=mode))
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_pdl_modes_cover_the_documented_settings():
+    from augury.layers import triton_paged_decode
+
+    assert triton_paged_decode.PDL_MODES == {"0": 0, "1": 1, "late": 2, "wait": 3}
+    assert triton_paged_decode._PDL_MODE in triton_paged_decode.PDL_MODES.values()
 
 
 @here
