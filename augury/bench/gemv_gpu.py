@@ -204,6 +204,12 @@ LAYER_VARIANTS = {
     "attention_no_pdl_8warps": _ON | {"attn": 0, "attn_kw": {"num_warps": 8}},
     "attention_late_o_waits_16x64": _ON | {"attn": 2, "o_early": False,
                                            "attn_kw": {"num_splits": 16, "block_n": 64}},
+    # attention asks for o_proj's weight (l2: the share of its rows) to be brought into L2,
+    # as its programs start (l2_at 1) or after their key tiles (2)
+    "attention_no_pdl_l2_o": _ON | {"attn": 0, "l2": 1.0, "l2_at": 1},
+    "attention_no_pdl_l2_o_after": _ON | {"attn": 0, "l2": 1.0, "l2_at": 2},
+    "attention_no_pdl_l2_half_o": _ON | {"attn": 0, "l2": 0.5, "l2_at": 1},
+    "attention_waits_l2_o": _ON | {"attn": 3, "l2": 1.0, "l2_at": 1},
 }
 
 
@@ -236,8 +242,11 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     def layer(L, pdl, attn):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"])
+        l2 = {"l2_prefetch": L["o_proj"][:int(SHAPES["o_proj"][0] * pdl["l2"])], "l2_prefetch_at": pdl["l2_at"]} \
+            if pdl.get("l2") else {}
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
-                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {})).reshape(1, H * D) if attn else o_fixed
+                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}), **l2).reshape(1, H * D) \
+            if attn else o_fixed
         hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
         gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
         gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"])

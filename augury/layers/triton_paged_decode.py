@@ -39,6 +39,7 @@ import triton.language as tl
 from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exported for the benchmarks)
     arrive_last, merge_chunk, merge_partials, merge_splits_kernel, num_splits_for, partials, release_counter,
     sm_count, split_counters, split_plan, splits_for_sms)
+from augury.layers.triton_l2 import l2_prefetch as _l2_prefetch, prefetch_plan, prefetch_supported
 from augury.layers.triton_pdl import pdl_enabled
 
 # Programmatic dependent launch around attention (start during the qkv product, let o_proj start
@@ -78,14 +79,14 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 @triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
-    acc_ptr, m_ptr, l_ptr, cnt_ptr,
+    acc_ptr, m_ptr, l_ptr, cnt_ptr, pf_ptr, pf_bytes, pf_chunk,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr, L2_PREFETCH: tl.constexpr, THREADS: tl.constexpr,
 ):
     if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
@@ -94,6 +95,9 @@ def _paged_decode_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     sp = tl.program_id(2)
+    if L2_PREFETCH == 1:  # the next product's weight into L2 while this latency-bound kernel runs
+        _l2_prefetch(pf_ptr, pf_bytes, pf_chunk, (b * HKV + h) * num_splits + sp,
+                    tl.num_programs(0) * HKV * num_splits, THREADS)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -147,6 +151,9 @@ def _paged_decode_kernel(
         m_i = m_new
     if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
         tl.extra.cuda.gdc_launch_dependents()
+    if L2_PREFETCH == 2:  # (after this program's own K/V loads)
+        _l2_prefetch(pf_ptr, pf_bytes, pf_chunk, (b * HKV + h) * num_splits + sp,
+                    tl.num_programs(0) * HKV * num_splits, THREADS)
     if SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
         if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
@@ -247,6 +254,8 @@ def paged_decode_attention(
     one_launch: bool = True,
     prefetch: bool | None = None,
     pdl_mode: int | None = None,
+    l2_prefetch: torch.Tensor | None = None,
+    l2_prefetch_at: int = 1,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
@@ -254,7 +263,10 @@ def paged_decode_attention(
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
     num_warps / num_stages / prefetch override the choice (tests, sweeps); pdl_mode: a value of
-    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks). Inside a CUDA-graph
+    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks). l2_prefetch: a contiguous tensor
+    (the next product's weight) that the programs ask to be brought into L2 as they start
+    (l2_prefetch_at=1) or after their key tiles (2); a hint, compiled out where
+    `triton_l2.prefetch_supported` is false. Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
     B, max_q, H, D = q.shape
@@ -286,9 +298,14 @@ def paged_decode_attention(
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
+    pf = l2_prefetch_at if l2_prefetch is not None and prefetch_supported(q.device) else 0
+    if pf and not l2_prefetch.is_contiguous():
+        raise ValueError("paged_decode_attention: l2_prefetch must be contiguous")
+    pf_bytes = l2_prefetch.numel() * l2_prefetch.element_size() if pf else 0
+    pf_chunk = prefetch_plan(pf_bytes, B * Hkv * S, 32 * num_warps) if pf else 16
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
-        max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
+        l2_prefetch if pf else out, pf_bytes, pf_chunk, max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
         bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
@@ -296,7 +313,7 @@ def paged_decode_attention(
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
-        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, L2_PREFETCH=pf, THREADS=32 * num_warps,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if S > 1 and not merged_here:
