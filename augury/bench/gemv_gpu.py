@@ -214,14 +214,15 @@ LAYER_VARIANTS = {
 
 
 def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
-                      variants: list[str] | None = None) -> dict:
+                      variants: list[str] | None = None, probe: bool = False) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
     per layer with attention and without it (o_proj then reads a fixed input), under the
     programmatic-dependent-launch choices of `LAYER_VARIANTS` (attention's: AUGURY_ATTN_PDL's
     modes). The difference with and without attention is what attention costs in the chain
-    (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`)."""
+    (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`). probe: attention
+    also writes in-kernel timestamps (`triton_probe.stamp`), summarized by `_probe_summary`."""
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers.triton_gemv import gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
@@ -238,14 +239,16 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
+    stamps = [torch.zeros(1024, 5, 2, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
-    def layer(L, pdl, attn):
+    def layer(L, pdl, attn, i=None):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"])
         l2 = {"l2_prefetch": L["o_proj"][:int(SHAPES["o_proj"][0] * pdl["l2"])], "l2_prefetch_at": pdl["l2_at"]} \
             if pdl.get("l2") else {}
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
-                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}), **l2).reshape(1, H * D) \
+                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}), **l2,
+                                   times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
         hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
         gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
@@ -261,6 +264,13 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             v["with_attention_us" if attn else "without_attention_us"] = t
         v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
         v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+        if probe:
+            for t in stamps:
+                t.zero_()
+            v["probe_us_per_layer"] = time_calls([lambda L=L, i=i: layer(L, pdl, True, i) for i, L in enumerate(W)],
+                                                 dev)
+            v["probe"] = _probe_summary([t.cpu() for t in stamps])
+            _log(f"attention probe, {name}: {json.dumps(v['probe'])}")
         row["variants"][name] = v
         _log(f"layer chain, {name}: {v['with_attention_us']:.1f} us per layer "
              f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
@@ -268,6 +278,42 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     W.clear()
     torch.cuda.empty_cache()
     return row
+
+
+def _probe_summary(stamps: list[torch.Tensor]) -> dict:
+    """Medians over layers of attention's in-kernel stamps ([programs, 5, (globaltimer ns,
+    clock64)] per layer; stamps: 0 start, 1 K tile used, 2 V tile used, 3 partial stored and
+    arrived, 4 merged output stored, by the last arriver only): when the programs start and
+    finish relative to the first one (us), each phase in a program (us at `_SM_GHZ`), and the
+    gap from one layer's last stamp to the next layer's first (the products between them)."""
+    import statistics
+
+    def med(xs):
+        return round(statistics.median(xs), 3) if xs else None
+
+    rows, ends = [], []
+    for t in stamps:
+        live = t[:, 0, 0] > 0
+        t = t[live].double()
+        g, c = t[:, :, 0], t[:, :, 1]
+        t0 = g[:, 0].min()
+        last = g[:, 4] > 0
+        rows.append({
+            "start_spread_us": (g[:, 0].max() - t0).item() / 1e3,
+            "merged_us": (g[last, 4].max() - t0).item() / 1e3 if last.any() else None,
+            "k_phase_us": (c[:, 1] - c[:, 0]).median().item() / _SM_GHZ / 1e3,
+            "v_phase_us": (c[:, 2] - c[:, 1]).median().item() / _SM_GHZ / 1e3,
+            "arrive_us": (c[:, 3] - c[:, 2]).median().item() / _SM_GHZ / 1e3,
+            "merge_us": (c[last, 4] - c[last, 3]).median().item() / _SM_GHZ / 1e3 if last.any() else None,
+            "programs": int(live.sum()),
+        })
+        ends.append((t0.item(), g.max().item()))
+    out = {k: med([r[k] for r in rows if r[k] is not None]) for k in rows[0]}
+    out["gap_to_next_layer_us"] = med([(ends[i + 1][0] - ends[i][1]) / 1e3 for i in range(len(ends) - 1)])
+    return out
+
+
+_SM_GHZ = 1.98  # H200 boost clock: clock64 cycles -> time (phases only; spans use globaltimer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
     ap.add_argument("--chains", default="chain,layer_chain", help="which chains to time (bf16 only)")
+    ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")
     ap.add_argument("--layer-variants", default=",".join(LAYER_VARIANTS),
                     help=f"layer-chain PDL variants, of {','.join(LAYER_VARIANTS)}")
     a = ap.parse_args(argv)
@@ -306,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
         chains = {"chain": bench_chain,
-                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=a.layer_variants.split(","))}
+                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=a.layer_variants.split(","),
+                                                              probe=a.attn_probe)}
         for key in (c for c in a.chains.split(",") if c):
             res[key] = chains[key](dev, bw)
             (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))

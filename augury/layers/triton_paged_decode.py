@@ -41,6 +41,7 @@ from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exp
     sm_count, split_counters, split_plan, splits_for_sms)
 from augury.layers.triton_l2 import l2_prefetch as _l2_prefetch, prefetch_plan, prefetch_supported
 from augury.layers.triton_pdl import pdl_enabled
+from augury.layers.triton_probe import stamp
 
 # Programmatic dependent launch around attention (start during the qkv product, let o_proj start
 # during attention): off by default. In a chain of fused 8B layers on the H200 it cost 5-10 us a
@@ -79,7 +80,7 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 @triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
-    acc_ptr, m_ptr, l_ptr, cnt_ptr, pf_ptr, pf_bytes, pf_chunk,
+    acc_ptr, m_ptr, l_ptr, cnt_ptr, pf_ptr, pf_bytes, pf_chunk, t_ptr,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
@@ -87,6 +88,7 @@ def _paged_decode_kernel(
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     PREFETCH: tl.constexpr, PDL: tl.constexpr, L2_PREFETCH: tl.constexpr, THREADS: tl.constexpr,
+    TIMES: tl.constexpr = False,
 ):
     if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
@@ -95,6 +97,9 @@ def _paged_decode_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     sp = tl.program_id(2)
+    if TIMES:  # probe (benchmarks): 5 stamps per program, t_ptr [programs, 5, 2]
+        t_ptr += ((b * HKV + h) * num_splits + sp) * 10
+        stamp(t_ptr, 0, sp)
     if L2_PREFETCH == 1:  # the next product's weight into L2 while this latency-bound kernel runs
         _l2_prefetch(pf_ptr, pf_bytes, pf_chunk, (b * HKV + h) * num_splits + sp,
                     tl.num_programs(0) * HKV * num_splits, THREADS)
@@ -149,6 +154,9 @@ def _paged_decode_kernel(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
         m_i = m_new
+    if TIMES:
+        stamp(t_ptr, 1, tl.max(l_i, axis=0))  # the first dot's K tile is in
+        stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and the V tile
     if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
         tl.extra.cuda.gdc_launch_dependents()
     if L2_PREFETCH == 2:  # (after this program's own K/V loads)
@@ -162,7 +170,10 @@ def _paged_decode_kernel(
             tl.store(acc_ptr + (part * BLOCK_M + offs_m[:, None]) * BLOCK_D + offs_d[None, :], acc,
                      mask=row_ok[:, None] & d_ok[None, :])
             counter = cnt_ptr + b * HKV + h
-            if arrive_last(counter, num_splits):  # every split of (b, h) has stored its partial
+            last = arrive_last(counter, num_splits)
+            if TIMES:
+                stamp(t_ptr, 3, last)
+            if last:  # every split of (b, h) has stored its partial
                 o = merge_partials(acc_ptr, m_ptr, l_ptr, (b * HKV + h) * num_splits, num_splits, max_q * REP,
                                    BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D, D=D, ROWS=MERGE_ROWS, SPLITS=MERGE_SPLITS,
                                    CHUNK=MERGE_CHUNK)
@@ -172,6 +183,8 @@ def _paged_decode_kernel(
                 dst = o_ptr + b * s_ob + jr[:, None] * s_oj + hr[:, None] * s_oh + offs_d[None, :]
                 tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=(offs_r < max_q * REP)[:, None] & d_ok[None, :])
                 release_counter(counter)
+                if TIMES:
+                    stamp(t_ptr, 4, tl.sum(tl.sum(o, axis=1), axis=0))
         else:  # a second kernel merges (merge_splits_kernel)
             tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
             tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
@@ -256,6 +269,7 @@ def paged_decode_attention(
     pdl_mode: int | None = None,
     l2_prefetch: torch.Tensor | None = None,
     l2_prefetch_at: int = 1,
+    times: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
@@ -266,7 +280,8 @@ def paged_decode_attention(
     `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks). l2_prefetch: a contiguous tensor
     (the next product's weight) that the programs ask to be brought into L2 as they start
     (l2_prefetch_at=1) or after their key tiles (2); a hint, compiled out where
-    `triton_l2.prefetch_supported` is false. Inside a CUDA-graph
+    `triton_l2.prefetch_supported` is false. times: an int64 tensor of [programs, 5, 2] for
+    the latency probe (`augury.bench.gemv_gpu --attn-times`; CUDA only). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
     B, max_q, H, D = q.shape
@@ -305,7 +320,7 @@ def paged_decode_attention(
     pf_chunk = prefetch_plan(pf_bytes, B * Hkv * S, 32 * num_warps) if pf else 16
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
-        l2_prefetch if pf else out, pf_bytes, pf_chunk, max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
+        l2_prefetch if pf else out, pf_bytes, pf_chunk, times if times is not None else out, max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
         bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
@@ -314,6 +329,7 @@ def paged_decode_attention(
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
         PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, L2_PREFETCH=pf, THREADS=32 * num_warps,
+        TIMES=times is not None,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if S > 1 and not merged_here:
