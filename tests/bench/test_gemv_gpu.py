@@ -9,33 +9,26 @@ import torch
 from augury.bench import gemv_gpu
 
 
-def _layer(t0: int, starts: list[int], phases_cycles: list[int], merged_at: int) -> torch.Tensor:
-    """Stamps of one layer: programs starting at t0 + starts[p] ns; each phase takes the given
-    cycles; the last program's merge stamp at t0 + merged_at ns."""
+def _layer(t0: int, starts: list[int], k: int, v: int, arrive: int, merged: int) -> torch.Tensor:
+    """Stamps (ns) of one layer: program p starts at t0 + starts[p]; its K tile is used k ns
+    later, its V tile v after that, it arrives `arrive` after that; the last program's merged
+    output at t0 + merged."""
     t = torch.zeros(1024, 5, 2, dtype=torch.int64)
     for p, s in enumerate(starts):
-        c = 1_000_000
-        t[p, 0] = torch.tensor([t0 + s, c])
-        for i, dc in enumerate(phases_cycles[:3], start=1):
-            c += dc
-            t[p, i] = torch.tensor([t0 + s + (c - 1_000_000) // 2, c])
-    last = len(starts) - 1
-    t[last, 4] = torch.tensor([t0 + merged_at, int(t[last, 3, 1]) + phases_cycles[3]])
+        for i, dt in enumerate((0, k, k + v, k + v + arrive)):
+            t[p, i, 0] = t0 + s + dt
+    t[len(starts) - 1, 4, 0] = t0 + merged
     return t
 
 
-def test_probe_summary_reads_spans_phases_and_gaps():
-    ghz = gemv_gpu._SM_GHZ
-    cyc = [int(2000 * ghz), int(1000 * ghz), int(500 * ghz), int(700 * ghz)]  # 2, 1, 0.5, 0.7 us
-    layers = [_layer(10_000_000 + 20_000 * i, [0, 300, 600], cyc, 5_000) for i in range(3)]
+def test_probe_summary_reads_medians_lasts_and_gaps():
+    layers = [_layer(10_000_000 + 20_000 * i, [0, 300, 600], 2_000, 1_000, 500, 5_000) for i in range(3)]
     got = gemv_gpu._probe_summary(layers)
     assert got["programs"] == 3
-    assert got["start_spread_us"] == pytest.approx(0.6)
+    assert got["start_median_us"] == pytest.approx(0.3) and got["start_last_us"] == pytest.approx(0.6)
+    assert got["k_tile_median_us"] == pytest.approx(2.3) and got["k_tile_last_us"] == pytest.approx(2.6)
+    assert got["arrived_last_us"] == pytest.approx(4.1)
     assert got["merged_us"] == pytest.approx(5.0)
-    assert got["k_phase_us"] == pytest.approx(2.0, abs=1e-3)
-    assert got["v_phase_us"] == pytest.approx(1.0, abs=1e-3)
-    assert got["arrive_us"] == pytest.approx(0.5, abs=1e-3)
-    assert got["merge_us"] == pytest.approx(0.7, abs=1e-3)
     assert got["gap_to_next_layer_us"] == pytest.approx(15.0)  # 20 us apart, each layer's stamps span 5 us
 
 
