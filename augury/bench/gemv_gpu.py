@@ -210,6 +210,12 @@ LAYER_VARIANTS = {
     "attention_no_pdl_l2_o_after": _ON | {"attn": 0, "l2": 1.0, "l2_at": 2},
     "attention_no_pdl_l2_half_o": _ON | {"attn": 0, "l2": 0.5, "l2_at": 1},
     "attention_waits_l2_o": _ON | {"attn": 3, "l2": 1.0, "l2_at": 1},
+    # attention launched under PDL during qkv, its splits' first tile loaded before the wait
+    # (`early`: AUGURY_ATTN_EARLY's levels: 1 slots + mask, 2 + K rows, 3 + V rows)
+    "attention_waits_early1": _ON | {"attn": 3, "early": 1},
+    "attention_waits_early2": _ON | {"attn": 3, "early": 2},
+    "attention_waits_early3": _ON | {"attn": 3, "early": 3},
+    "attention_pdl_early3": _ON | {"attn": 1, "early": 3},
 }
 
 
@@ -248,7 +254,8 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             if pdl.get("l2") else {}
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}), **l2,
-                                   times=None if i is None else stamps[i]).reshape(1, H * D) \
+                                   times=None if i is None else stamps[i], early=pdl.get("early", 0),
+                                   new_slots=gm.slot_mapping).reshape(1, H * D) \
             if attn else o_fixed
         hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
         gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
