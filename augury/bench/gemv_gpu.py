@@ -196,6 +196,8 @@ LAYER_VARIANTS = {
     "attention_late": _ON | {"attn": 2},
     "attention_late_o_waits": _ON | {"attn": 2, "o_early": False},
     "attention_waits": _ON | {"attn": 3},
+    "attention_end": _ON | {"attn": 4},
+    "attention_end_o_waits": _ON | {"attn": 4, "o_early": False},
     "o_proj_no_pdl": _ON | {"o_proj": False},
     "no_pdl": {n: False for n in _ON} | {"attn": 0},
     # attention's own launch (splits x key tiles; default at 1k keys: 9 x 128 keys, 4 warps)

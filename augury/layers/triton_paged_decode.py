@@ -51,9 +51,11 @@ from augury.layers.triton_probe import stamp
 # AUGURY_ATTN_PDL picks where attention sits in the chain of dependent launches:
 #   0 (default): launched without PDL;  1: launched with PDL and lets the next kernel start at once;
 #   late: with PDL, lets the next kernel start once its key tiles are in (before the merge);
-#   wait: with PDL, the next kernel starts only when attention ends.
+#   wait: with PDL, the next kernel starts only when attention ends;
+#   end: with PDL, the next kernel may start once the output rows are stored (its programs
+#   become resident while attention's last ones finish and exit).
 # In every mode attention waits (gdc_wait) before it reads anything.
-PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3}
+PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
 _PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "0"), 0)
 # What of a split's first key tile is loaded before that wait (while the qkv product drains under
 # PDL): 0 nothing; 1 its slots and mask; 2 also its K rows; 3 also its V rows (2 and 3 only for
@@ -231,6 +233,8 @@ def _paged_decode_kernel(
                 release_counter(counter)
                 if TIMES:
                     stamp(t_ptr, 4, tl.sum(tl.sum(o, axis=1), axis=0))
+                if PDL == 4:  # the output is stored (the other programs of the launch have exited)
+                    tl.extra.cuda.gdc_launch_dependents()
         else:  # a second kernel merges (merge_splits_kernel)
             tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
             tl.store(l_ptr + part * BLOCK_M + offs_m, l_i)
@@ -239,6 +243,8 @@ def _paged_decode_kernel(
         o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
         dst = o_ptr + b * s_ob + j[:, None] * s_oj + head[:, None] * s_oh + offs_d[None, :]
         tl.store(dst, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        if PDL == 4:
+            tl.extra.cuda.gdc_launch_dependents()
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,7 @@ def test_programmatic_dependent_launch_modes_give_the_same_result(monkeypatch):
 def test_pdl_modes_cover_the_documented_settings():
     from augury.layers import triton_paged_decode
 
-    assert triton_paged_decode.PDL_MODES == {"0": 0, "1": 1, "late": 2, "wait": 3}
+    assert triton_paged_decode.PDL_MODES == {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
     assert triton_paged_decode._PDL_MODE in triton_paged_decode.PDL_MODES.values()
 
 
