@@ -188,7 +188,7 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
 
 # layer-chain variants: PDL per kernel (attention: a `triton_paged_decode.PDL_MODES` value) and
 # whether o_proj loads its first weight tile before its PDL wait (o_early)
-_ON = {"qkv": True, "attn": 1, "o_proj": True, "o_early": True, "gate_up": True, "down": True}
+_ON = {"qkv": True, "attn": 1, "o_proj": True, "o_early": True, "gate_up": True, "down": True, "early": True}
 LAYER_VARIANTS = {
     "pdl": _ON,
     "attention_no_pdl": _ON | {"attn": 0},  # the default (AUGURY_ATTN_PDL=0)
@@ -198,6 +198,10 @@ LAYER_VARIANTS = {
     "attention_waits": _ON | {"attn": 3},
     "attention_end": _ON | {"attn": 4},
     "attention_end_o_waits": _ON | {"attn": 4, "o_early": False},
+    "attention_waits_o_waits": _ON | {"attn": 3, "o_early": False},
+    # every product loads its first weight tile after its PDL wait (early: False)
+    "attention_waits_no_early_weights": _ON | {"attn": 3, "o_early": False, "early": False},
+    "attention_no_pdl_no_early_weights": _ON | {"attn": 0, "o_early": False, "early": False},
     "o_proj_no_pdl": _ON | {"o_proj": False},
     "no_pdl": {n: False for n in _ON} | {"attn": 0},
     # attention's own launch (splits x key tiles; default at 1k keys: 9 x 128 keys, 4 warps)
@@ -251,7 +255,8 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
 
     def layer(L, pdl, attn, i=None):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
-                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"])
+                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
+                        early_weights=pdl["early"])
         l2 = {"l2_prefetch": L["o_proj"][:int(SHAPES["o_proj"][0] * pdl["l2"])], "l2_prefetch_at": pdl["l2_at"]} \
             if pdl.get("l2") else {}
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
@@ -260,8 +265,8 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
                                    new_slots=gm.slot_mapping).reshape(1, H * D) \
             if attn else o_fixed
         hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
-        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"])
-        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"])
+        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"])
+        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"])
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
     row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}

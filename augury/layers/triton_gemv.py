@@ -340,14 +340,14 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
                 cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                 slot: torch.Tensor, num_heads: int, num_kv_heads: int,
                 scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-                cfg=None, pdl: bool | None = None) -> torch.Tensor:
+                cfg=None, pdl: bool | None = None, early_weights: bool = True) -> torch.Tensor:
     """The qkv projection of one token with everything up to attention in its epilogue:
     x [1, hidden] -> q [1, H * D], rope applied; this token's K (rope applied) and V are written
     into row `slot[0]` of k_pool / v_pool [num_slots, Hkv, D] (what `paged_attention` does with
     index_copy_ before it reads the pools). w is the fused [q; k; v] weight [(H + 2 Hkv) D, hidden]
     (or its int4 form, as for `gemv`); the input norm is the prologue, as for
     `gemv(norm_weight=...)`. cos / sin_signed: this position's rope rows [D] (`RotaryEmbedding`),
-    in x's dtype."""
+    in x's dtype. early_weights: as for `gemv`."""
     N, K, w4 = _weight(w, scales_zeros, group_size)
     heads = num_heads + 2 * num_kv_heads
     D = N // heads
@@ -370,7 +370,7 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
             (x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
              cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot, k_pool.stride(0), k_pool.stride(1),
              v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads),
-            PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
+            early_weights=early_weights, PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
     return q
 
 
