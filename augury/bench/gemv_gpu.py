@@ -191,11 +191,11 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
 _ON = {"qkv": True, "attn": 1, "o_proj": True, "o_early": True, "gate_up": True, "down": True, "early": True}
 LAYER_VARIANTS = {
     "pdl": _ON,
-    "attention_no_pdl": _ON | {"attn": 0},  # the default (AUGURY_ATTN_PDL=0)
+    "attention_no_pdl": _ON | {"attn": 0},  # AUGURY_ATTN_PDL=0 (the eleventh session's default)
     "attention_pdl_o_waits": _ON | {"o_early": False},
     "attention_late": _ON | {"attn": 2},
     "attention_late_o_waits": _ON | {"attn": 2, "o_early": False},
-    "attention_waits": _ON | {"attn": 3},
+    "attention_waits": _ON | {"attn": 3},  # the default (AUGURY_ATTN_PDL=wait)
     "attention_end": _ON | {"attn": 4},
     "attention_end_o_waits": _ON | {"attn": 4, "o_early": False},
     "attention_waits_o_waits": _ON | {"attn": 3, "o_early": False},

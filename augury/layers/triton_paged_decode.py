@@ -43,20 +43,19 @@ from augury.layers.triton_l2 import l2_prefetch as _l2_prefetch, prefetch_plan, 
 from augury.layers.triton_pdl import pdl_enabled
 from augury.layers.triton_probe import stamp
 
-# Programmatic dependent launch around attention (start during the qkv product, let o_proj start
-# during attention): off by default. In a chain of fused 8B layers on the H200 it cost 5-10 us a
-# layer (`python -m augury.bench.gemv_gpu`, layer chain: 131.3 -> 126.4 us and 136.0 -> 126.2 us
-# with it off; docs/benchmarks.md "Eleventh session"): the early programs of the kernel after it
-# take multiprocessors and bandwidth from this latency-bound kernel. AUGURY_ATTN_PDL=1 turns it on.
-# AUGURY_ATTN_PDL picks where attention sits in the chain of dependent launches:
-#   0 (default): launched without PDL;  1: launched with PDL and lets the next kernel start at once;
-#   late: with PDL, lets the next kernel start once its key tiles are in (before the merge);
-#   wait: with PDL, the next kernel starts only when attention ends;
-#   end: with PDL, the next kernel may start once the output rows are stored (its programs
-#   become resident while attention's last ones finish and exit).
-# In every mode attention waits (gdc_wait) before it reads anything.
+# Programmatic dependent launch (PDL) around attention. AUGURY_ATTN_PDL picks where attention
+# sits in the chain of dependent launches; in every mode it waits (gdc_wait) before it reads:
+#   wait (default): launched with PDL (its programs are resident while the qkv product drains),
+#     the next kernel starts only when attention ends;
+#   0: launched without PDL;  1: with PDL, and the next kernel may start at once;
+#   late: the next kernel may start once the key tiles are in (before the merge);
+#   end: the next kernel may start once the output rows are stored.
+# In a chain of fused 8B layers on the H200 (`python -m augury.bench.gemv_gpu`, layer chain;
+# docs/benchmarks.md "Twelfth session"), `wait` took 0.4-2 us a layer less than `0`, and every
+# mode that lets o_proj start during attention cost 1-8 us more: o_proj's programs, even idle
+# at their own wait, and its early weight loads slow this latency-bound kernel's loads.
 PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
-_PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "0"), 0)
+_PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "wait"), 3)
 # What of a split's first key tile is loaded before that wait (while the qkv product drains under
 # PDL): 0 nothing; 1 its slots and mask; 2 also its K rows; 3 also its V rows (2 and 3 only for
 # one request with one new token, whose row is read again after the wait; others use 1)

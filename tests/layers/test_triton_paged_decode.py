@@ -181,7 +181,7 @@ def test_bf16_8b_shape_and_graph_capture():
 
 @cuda_only
 def test_programmatic_dependent_launch_modes_give_the_same_result(monkeypatch):
-    """Every AUGURY_ATTN_PDL mode (`PDL_MODES`; off by default): the kernel under programmatic
+    """Every AUGURY_ATTN_PDL mode (`PDL_MODES`; `wait` by default): the kernel under programmatic
     dependent launch, after a kernel that writes its q, equals the plain launch bitwise, through
     the module setting and the call's own `pdl_mode`."""
     from augury.layers import triton_paged_decode
