@@ -186,8 +186,9 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     return row
 
 
-# layer-chain variants: PDL per kernel (attention: a `triton_paged_decode.PDL_MODES` value) and
-# whether o_proj loads its first weight tile before its PDL wait (o_early)
+# layer-chain variants: PDL per kernel (attention: a `triton_paged_decode.PDL_MODES` value),
+# whether o_proj loads its first weight tile before its PDL wait (o_early) and whether the other
+# products do (early); attn_kw: attention's launch overrides
 _ON = {"qkv": True, "attn": 1, "o_proj": True, "o_early": True, "gate_up": True, "down": True, "early": True}
 LAYER_VARIANTS = {
     "pdl": _ON,
@@ -210,18 +211,6 @@ LAYER_VARIANTS = {
     "attention_no_pdl_8warps": _ON | {"attn": 0, "attn_kw": {"num_warps": 8}},
     "attention_late_o_waits_16x64": _ON | {"attn": 2, "o_early": False,
                                            "attn_kw": {"num_splits": 16, "block_n": 64}},
-    # attention asks for o_proj's weight (l2: the share of its rows) to be brought into L2,
-    # as its programs start (l2_at 1) or after their key tiles (2)
-    "attention_no_pdl_l2_o": _ON | {"attn": 0, "l2": 1.0, "l2_at": 1},
-    "attention_no_pdl_l2_o_after": _ON | {"attn": 0, "l2": 1.0, "l2_at": 2},
-    "attention_no_pdl_l2_half_o": _ON | {"attn": 0, "l2": 0.5, "l2_at": 1},
-    "attention_waits_l2_o": _ON | {"attn": 3, "l2": 1.0, "l2_at": 1},
-    # attention launched under PDL during qkv, its splits' first tile loaded before the wait
-    # (`early`: AUGURY_ATTN_EARLY's levels: 1 slots + mask, 2 + K rows, 3 + V rows)
-    "attention_waits_early1": _ON | {"attn": 3, "early": 1},
-    "attention_waits_early2": _ON | {"attn": 3, "early": 2},
-    "attention_waits_early3": _ON | {"attn": 3, "early": 3},
-    "attention_pdl_early3": _ON | {"attn": 1, "early": 3},
 }
 
 
@@ -257,12 +246,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
                         early_weights=pdl["early"])
-        l2 = {"l2_prefetch": L["o_proj"][:int(SHAPES["o_proj"][0] * pdl["l2"])], "l2_prefetch_at": pdl["l2_at"]} \
-            if pdl.get("l2") else {}
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
-                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}), **l2,
-                                   times=None if i is None else stamps[i], early=pdl.get("early", 0),
-                                   new_slots=gm.slot_mapping).reshape(1, H * D) \
+                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
+                                   times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
         hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
         gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"])

@@ -29,9 +29,6 @@ from augury.layers.quant_linear import Int4Linear, gemv_kernels_ok
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
 _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K/V epilogue (A/B measurements)
-# o_proj's first weight tile before its PDL wait (the default) or after it: with attention under
-# PDL (AUGURY_ATTN_PDL) the early loads compete with attention's K/V reads (A/B measurements)
-_O_EARLY = os.environ.get("AUGURY_OPROJ_EARLY_W", "1") != "0"
 
 
 def _on() -> bool:
@@ -102,6 +99,6 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
     else:
         qkv = fused_gemv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps)
         o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)
-    h = fused_gemv(o, **_weight(attn.o_proj, h.dtype), residual=h, early_weights=_O_EARLY)
+    h = fused_gemv(o, **_weight(attn.o_proj, h.dtype), residual=h)
     gu = fused_gemv(h, **_weight(mlp.gate_up_proj, h.dtype), norm_weight=n2.weight, eps=n2.eps)
     return fused_gemv(gu, **_weight(mlp.down_proj, h.dtype), silu_mul=True, residual=h)

@@ -39,7 +39,6 @@ import triton.language as tl
 from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exported for the benchmarks)
     arrive_last, merge_chunk, merge_partials, merge_splits_kernel, num_splits_for, partials, release_counter,
     sm_count, split_counters, split_plan, splits_for_sms)
-from augury.layers.triton_l2 import l2_prefetch as _l2_prefetch, prefetch_plan, prefetch_supported
 from augury.layers.triton_pdl import pdl_enabled
 from augury.layers.triton_probe import stamp
 
@@ -56,11 +55,6 @@ from augury.layers.triton_probe import stamp
 # at their own wait, and its early weight loads slow this latency-bound kernel's loads.
 PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
 _PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "wait"), 3)
-# What of a split's first key tile is loaded before that wait (while the qkv product drains under
-# PDL): 0 nothing; 1 its slots and mask; 2 also its K rows; 3 also its V rows (2 and 3 only for
-# one request with one new token, whose row is read again after the wait; others use 1)
-_EARLY = int(os.environ.get("AUGURY_ATTN_EARLY", "0"))
-_POISON = False  # tests: early-loaded copies of the new row read as NaN (a missed re-read shows)
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -110,15 +104,14 @@ def _tile_step(q, k, v, bias, m_i, l_i, acc, sm_scale, softcap, USE_SOFTCAP: tl.
 @triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
-    acc_ptr, m_ptr, l_ptr, cnt_ptr, pf_ptr, pf_bytes, pf_chunk, t_ptr, new_ptr,
+    acc_ptr, m_ptr, l_ptr, cnt_ptr, t_ptr,
     max_q, max_kv, split_len, num_splits, sm_scale, softcap,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH: tl.constexpr, PDL: tl.constexpr, L2_PREFETCH: tl.constexpr, THREADS: tl.constexpr,
-    TIMES: tl.constexpr = False, EARLY: tl.constexpr = 0, POISON: tl.constexpr = False,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr, TIMES: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -135,20 +128,6 @@ def _paged_decode_kernel(
     k_base = k_ptr + h * s_kh + offs_d[None, :]
     v_base = v_ptr + h * s_vh + offs_d[None, :]
     bias_row = bias_ptr + b * s_bb + j[:, None] * s_bj
-    if EARLY > 0:
-        # Before the wait on the kernel before this one (under PDL: while the qkv product drains),
-        # the split's first tile: its slots and mask (host-written metadata) and, from EARLY 2 / 3,
-        # its K / V rows. Every row there was written by earlier kernels except this step's new
-        # one (slot new_ptr[0]: one request, one new token), read again after the wait.
-        n0 = lo + offs_n
-        ok0 = n0 < hi
-        slots0 = tl.load(gather_ptr + b * s_gb + n0, mask=ok0, other=0).to(tl.int64)
-        bias0 = tl.load(bias_row + n0[None, :] * s_bn, mask=ok0[None, :], other=float("-inf")).to(tl.float32)
-        ld0 = ok0[:, None] & d_ok[None, :]
-        if EARLY >= 2:
-            k0 = tl.load(k_base + slots0[:, None] * s_kslot, mask=ld0, other=0.0)
-        if EARLY >= 3:
-            v0 = tl.load(v_base + slots0[:, None] * s_vslot, mask=ld0, other=0.0)
     if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
     if PDL == 1:
@@ -156,9 +135,6 @@ def _paged_decode_kernel(
     if TIMES:  # probe (benchmarks): 5 stamps per program, t_ptr [programs, 5, 2]
         t_ptr += ((b * HKV + h) * num_splits + sp) * 10
         stamp(t_ptr, 0, sp)
-    if L2_PREFETCH == 1:  # the next product's weight into L2 while this latency-bound kernel runs
-        _l2_prefetch(pf_ptr, pf_bytes, pf_chunk, (b * HKV + h) * num_splits + sp,
-                     tl.num_programs(0) * HKV * num_splits, THREADS)
     q = tl.load(q_ptr + b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
     cdt = q.dtype
@@ -166,29 +142,9 @@ def _paged_decode_kernel(
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    first = lo
-    if EARLY > 0:
-        if EARLY >= 2:
-            new_slot = tl.load(new_ptr).to(tl.int64)
-            fix = (ok0 & (slots0 == new_slot))[:, None] & d_ok[None, :]
-            if POISON:  # tests: what a stale read of the new row could hold, so a missed re-read shows
-                stale = (ok0 & (slots0 == tl.load(new_ptr).to(tl.int64)))[:, None] & d_ok[None, :]
-                k0 = tl.where(stale, float("nan"), k0)
-            k0 = tl.where(fix, tl.load(k_base + slots0[:, None] * s_kslot, mask=fix, other=0.0), k0)
-        else:
-            k0 = tl.load(k_base + slots0[:, None] * s_kslot, mask=ld0, other=0.0)
-        if EARLY >= 3:
-            if POISON:
-                v0 = tl.where(stale, float("nan"), v0)
-            v0 = tl.where(fix, tl.load(v_base + slots0[:, None] * s_vslot, mask=fix, other=0.0), v0)
-        else:
-            v0 = tl.load(v_base + slots0[:, None] * s_vslot, mask=ld0, other=0.0)
-        m_i, l_i, acc = _tile_step(q, k0.to(cdt), v0.to(cdt), bias0, m_i, l_i, acc, sm_scale, softcap,
-                                   USE_SOFTCAP, FP32)
-        first = lo + BLOCK_N
     if PREFETCH:  # the next tile's slots are loaded a tile ahead: its K/V loads need not wait for them
-        nxt = tl.load(gather_ptr + b * s_gb + first + offs_n, mask=first + offs_n < hi, other=0)
-    for start in range(first, hi, BLOCK_N):
+        nxt = tl.load(gather_ptr + b * s_gb + lo + offs_n, mask=lo + offs_n < hi, other=0)
+    for start in range(lo, hi, BLOCK_N):
         n = start + offs_n
         n_ok = n < hi
         if PREFETCH:
@@ -206,9 +162,6 @@ def _paged_decode_kernel(
         stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and the V tile
     if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
         tl.extra.cuda.gdc_launch_dependents()
-    if L2_PREFETCH == 2:  # (after this program's own K/V loads)
-        _l2_prefetch(pf_ptr, pf_bytes, pf_chunk, (b * HKV + h) * num_splits + sp,
-                    tl.num_programs(0) * HKV * num_splits, THREADS)
     if SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
         if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
@@ -318,11 +271,7 @@ def paged_decode_attention(
     one_launch: bool = True,
     prefetch: bool | None = None,
     pdl_mode: int | None = None,
-    l2_prefetch: torch.Tensor | None = None,
-    l2_prefetch_at: int = 1,
     times: torch.Tensor | None = None,
-    early: int | None = None,
-    new_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
 
@@ -330,14 +279,8 @@ def paged_decode_attention(
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
     num_warps / num_stages / prefetch override the choice (tests, sweeps); pdl_mode: a value of
-    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks). l2_prefetch: a contiguous tensor
-    (the next product's weight) that the programs ask to be brought into L2 as they start
-    (l2_prefetch_at=1) or after their key tiles (2); a hint, compiled out where
-    `triton_l2.prefetch_supported` is false. times: an int64 tensor of [programs, 5, 2] for
-    the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). early: how much of each
-    split's first tile is loaded before the PDL wait (AUGURY_ATTN_EARLY's levels); levels 2-3
-    need `new_slots` (the pool slot this step's token was written to, [1]) and one request with
-    one new token, else level 1 is used. Inside a CUDA-graph
+    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); times: an int64 tensor [programs, 5, 2]
+    for the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
     B, max_q, H, D = q.shape
@@ -369,18 +312,9 @@ def paged_decode_attention(
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
-    early = _EARLY if early is None else early
-    if early >= 2 and (new_slots is None or B != 1 or max_q != 1):
-        early = 1  # the rows written in this step could not all be read again after the wait
-    pf = l2_prefetch_at if l2_prefetch is not None and prefetch_supported(q.device) else 0
-    if pf and not l2_prefetch.is_contiguous():
-        raise ValueError("paged_decode_attention: l2_prefetch must be contiguous")
-    pf_bytes = l2_prefetch.numel() * l2_prefetch.element_size() if pf else 0
-    pf_chunk = prefetch_plan(pf_bytes, B * Hkv * S, 32 * num_warps) if pf else 16
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
-        l2_prefetch if pf else out, pf_bytes, pf_chunk, times if times is not None else out,
-        new_slots if early >= 2 else gather_slots,
+        times if times is not None else out,
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
@@ -389,8 +323,7 @@ def paged_decode_attention(
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
-        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, L2_PREFETCH=pf, THREADS=32 * num_warps,
-        TIMES=times is not None, EARLY=early, POISON=_POISON,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if S > 1 and not merged_here:
@@ -406,15 +339,14 @@ def paged_decode_attention(
 @torch.library.custom_op(
     "augury::paged_decode_attention", mutates_args=(),
     schema="(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor bias, float scale, "
-           "float? softcap, Tensor? new_slots=None) -> Tensor")
+           "float? softcap) -> Tensor")
 def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
-                    bias: torch.Tensor, scale: float, softcap: float | None,
-                    new_slots: torch.Tensor | None = None) -> torch.Tensor:
-    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap, new_slots=new_slots)
+                    bias: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap)
 
 
 @paged_decode_op.register_fake
-def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap, new_slots=None):
+def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap):
     return q.new_empty(q.shape)  # [B, max_q, H, D], contiguous, q's dtype (as the kernel writes it)
 
 
@@ -442,9 +374,6 @@ def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                       softcap)
     qp = q.view(B, max_q, H, D) if gm.q_index is None else q.index_select(0, gm.q_index).view(B, max_q, H, D)
     run = paged_decode_op if torch.compiler.is_compiling() else paged_decode_attention
-    # the slot this step's token went to, where it is in the same id space as gather_slots (for
-    # the early first tile's re-read: AUGURY_ATTN_EARLY)
-    new = gm.slot_mapping if B == 1 and max_q == 1 and gm.write_split is None else None
-    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap, new_slots=new)
+    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
     o = o.reshape(B * max_q, H, D)
     return o if gm.out_index is None else o.index_select(0, gm.out_index)

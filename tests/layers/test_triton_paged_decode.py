@@ -73,35 +73,6 @@ def test_decode_and_verify_rows_with_padding(splits):
 
 
 @here
-@pytest.mark.parametrize("early", [1, 2, 3])
-def test_early_first_tile_reads_the_new_row_again(early, monkeypatch):
-    """AUGURY_ATTN_EARLY's levels: the split's first tile (slots, mask, K, V) loaded before the
-    PDL wait equals the plain kernel bitwise. Copies of the new token's row loaded early read as
-    NaN here (`_POISON`), so a missed re-read after the wait would show; several splits, the
-    new row in the last one."""
-    from augury.layers import triton_paged_decode
-
-    q, kp, vp, gm = _case([(40, 1)], seed=3)
-    ref = _check(q, kp, vp, gm, num_splits=3, block_n=16)
-    monkeypatch.setattr(triton_paged_decode, "_POISON", True)
-    got = _check(q, kp, vp, gm, num_splits=3, block_n=16, early=early, new_slots=gm.slot_mapping)
-    assert torch.equal(got, ref)
-
-
-@here
-def test_early_k_and_v_need_the_new_slot_and_one_new_token(monkeypatch):
-    """Levels 2-3 without the new slot, or with several new rows (a verify window, two
-    requests), fall back to level 1: no early K/V copy is used, so the poison never shows."""
-    from augury.layers import triton_paged_decode
-
-    monkeypatch.setattr(triton_paged_decode, "_POISON", True)
-    q, kp, vp, gm = _case([(40, 1)], seed=4)
-    _check(q, kp, vp, gm, num_splits=2, block_n=16, early=3)  # no new_slots
-    q, kp, vp, gm = _case([(20, 3), (17, 1)], seed=5)
-    _check(q, kp, vp, gm, num_splits=2, block_n=16, early=3, new_slots=gm.slot_mapping)
-
-
-@here
 def test_mqa_softcap_and_sliding_window():
     q, kp, vp, gm = _case([(30, 1), (13, 3)], H=4, Hkv=1, window=10, seed=1)
     _check(q, kp, vp, gm, scale=0.2, softcap=5.0, block_n=16)
