@@ -50,8 +50,8 @@ from augury.layers.triton_probe import stamp
 #   late: the next kernel may start once the key tiles are in (before the merge);
 #   end: the next kernel may start once the output rows are stored.
 # In a chain of fused 8B layers on the H200 (`python -m augury.bench.gemv_gpu`, layer chain;
-# docs/benchmarks.md "Twelfth session"), `wait` took 0.4-2 us a layer less than `0`, and every
-# mode that lets o_proj start during attention cost 1-8 us more: o_proj's programs, even idle
+# docs/benchmarks.md "Twelfth session"), `wait` took up to 2 us a layer less than `0`, and every
+# mode that lets o_proj start during attention cost 1-10 us more: o_proj's programs, even idle
 # at their own wait, and its early weight loads slow this latency-bound kernel's loads.
 PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
 _PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "wait"), 3)
@@ -75,30 +75,6 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
             and q.dtype in _DTYPES and k_pool.dtype in _DTYPES
             and k_pool.shape[2] == D and H % Hkv == 0 and D <= 256
             and 1 <= max_q * (H // Hkv) <= MAX_QUERY_ROWS)
-
-
-@triton.jit
-def _tile_step(q, k, v, bias, m_i, l_i, acc, sm_scale, softcap, USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr):
-    """One key tile of the online softmax: q [M, BD], k / v [N, BD] in q's dtype, bias [M, N]
-    additive (fp32) -> the updated (m_i, l_i, acc)."""
-    if FP32:
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        s = tl.dot(q, tl.trans(k))
-    s = s * sm_scale
-    if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
-        t = tl.exp(-2.0 * tl.abs(s / softcap))
-        s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
-    s = s + bias
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    p = tl.exp(s - m_new[:, None])
-    alpha = tl.exp(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    if FP32:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
-    return m_new, l_i, acc
 
 
 @triton.jit
@@ -127,7 +103,6 @@ def _paged_decode_kernel(
     hi = tl.minimum(lo + split_len, max_kv)
     k_base = k_ptr + h * s_kh + offs_d[None, :]
     v_base = v_ptr + h * s_vh + offs_d[None, :]
-    bias_row = bias_ptr + b * s_bb + j[:, None] * s_bj
     if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
     if PDL == 1:
@@ -155,8 +130,26 @@ def _paged_decode_kernel(
         ld = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
         v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
-        bias = tl.load(bias_row + n[None, :] * s_bn, mask=n_ok[None, :], other=float("-inf")).to(tl.float32)
-        m_i, l_i, acc = _tile_step(q, k, v, bias, m_i, l_i, acc, sm_scale, softcap, USE_SOFTCAP, FP32)
+        bias = tl.load(bias_ptr + b * s_bb + j[:, None] * s_bj + n[None, :] * s_bn,
+                       mask=n_ok[None, :], other=float("-inf")).to(tl.float32)  # [M, N]
+        if FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * sm_scale
+        if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
+            t = tl.exp(-2.0 * tl.abs(s / softcap))
+            s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
+        s = s + bias
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if FP32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
+        m_i = m_new
     if TIMES:
         stamp(t_ptr, 1, tl.max(l_i, axis=0))  # the first dot's K tile is in
         stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and the V tile
