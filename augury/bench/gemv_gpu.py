@@ -240,7 +240,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
-    stamps = [torch.zeros(1024, 5, 2, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
+    stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
     def layer(L, pdl, attn, i=None):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
@@ -281,30 +281,37 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
 
 
 def _probe_summary(stamps: list[torch.Tensor]) -> dict:
-    """Medians over layers of attention's in-kernel stamps ([programs, 5, (globaltimer ns,
-    clock64)] per layer; stamps: 0 start, 1 K tile used, 2 V tile used, 3 partial stored and
-    arrived, 4 merged output stored, by the last arriver only), in us after the layer's first
-    program started: the median and the last program at each stamp, and the gap from one
-    layer's last stamp to the next layer's first (the products between them). globaltimer
-    ticks are coarse (~0.25 us on the H200): medians over programs and layers smooth them."""
+    """Medians over layers of attention's in-kernel stamps ([programs, 5] %globaltimer ns per
+    layer, 0 where not written; stamps: 0 start, 1 last tile's q.k done, 2 its p.v done,
+    3 arrived at the split counter (split launches merged in-kernel), 4 merged output stored
+    (the last program of each KV head)), in us after the layer's first program started: the
+    median and the last program at each stamp, and the gap from one layer's last stamp to the
+    next layer's first (the products between them). Differences are taken in int64 (the stamps
+    are ~1.8e18 ns: float64 alone would round them to 256 ns); a stamp no program wrote is None."""
     import statistics
 
+    names = ("start", "k_tile", "v_tile", "arrived")
     rows, ends = [], []
     for t in stamps:
-        t = t[t[:, 0, 0] > 0, :, 0].double()
-        t0 = t[:, 0].min()
-        rel = (t - t0) / 1e3
+        t = t[t[:, 0] > 0]
+        t0, t_end = int(t[:, 0].min()), int(t.max())
         row = {"programs": t.shape[0]}
-        for i, name in enumerate(("start", "k_tile", "v_tile", "arrived")):
-            row[f"{name}_median_us"] = rel[:, i].median().item()
-            row[f"{name}_last_us"] = rel[:, i].max().item()
-        merged = rel[t[:, 4] > 0, 4]
-        row["merged_us"] = merged.max().item() if merged.numel() else None
+        for i, name in enumerate(names):
+            col = t[t[:, i] > 0, i]
+            rel = (col - t0).double() / 1e3
+            row[f"{name}_median_us"] = rel.median().item() if rel.numel() else None
+            row[f"{name}_last_us"] = rel.max().item() if rel.numel() else None
+        merged = t[t[:, 4] > 0, 4]
+        row["merged_us"] = (int(merged.max()) - t0) / 1e3 if merged.numel() else None
         rows.append(row)
-        ends.append((t0.item(), t.max().item()))
-    out = {k: round(statistics.median(r[k] for r in rows if r[k] is not None), 3) for k in rows[0]}
-    out["gap_to_next_layer_us"] = round(statistics.median(
-        (ends[i + 1][0] - ends[i][1]) / 1e3 for i in range(len(ends) - 1)), 3) if len(ends) > 1 else None
+        ends.append((t0, t_end))
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return round(statistics.median(xs), 3) if xs else None
+
+    out = {k: med(r[k] for r in rows) for k in rows[0]}
+    out["gap_to_next_layer_us"] = med((ends[i + 1][0] - ends[i][1]) / 1e3 for i in range(len(ends) - 1))
     return out
 
 
@@ -319,14 +326,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
     ap.add_argument("--chains", default="chain,layer_chain", help="which chains to time (bf16 only)")
     ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")
-    ap.add_argument("--layer-variants", default=",".join(LAYER_VARIANTS),
+    ap.add_argument("--layer-variants", default="attention_waits,attention_no_pdl,pdl,no_pdl",
                     help=f"layer-chain PDL variants, of {','.join(LAYER_VARIANTS)}")
     a = ap.parse_args(argv)
+    variants = [v for v in a.layer_variants.split(",") if v]
     bad = [c for c in a.chains.split(",") if c and c not in ("chain", "layer_chain")] + \
-        [v for v in a.layer_variants.split(",") if v not in LAYER_VARIANTS]
+        [v for v in variants if v not in LAYER_VARIANTS]
     if bad:
         ap.error(f"unknown chain or layer variant {', '.join(bad)} (chains: chain, layer_chain; variants: "
                  f"{', '.join(LAYER_VARIANTS)})")
+    if len(set(variants)) != len(variants):
+        ap.error("--layer-variants: each variant once (the JSON keeps one result per name)")
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
         return 2
@@ -345,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
         chains = {"chain": bench_chain,
-                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=a.layer_variants.split(","),
+                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=variants,
                                                               probe=a.attn_probe)}
         for key in (c for c in a.chains.split(",") if c):
             res[key] = chains[key](dev, bw)

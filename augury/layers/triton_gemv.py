@@ -183,8 +183,8 @@ def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constex
     offs_k = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rows[:, None].to(tl.int64) * s_wn
     # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
-    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes),
-    # unless that kernel is latency-bound and the loads would only slow it (EARLY_W off)
+    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes);
+    # with EARLY_W off it is loaded after the wait (the benchmarks compare the two: gemv_gpu)
     if PDL and not EARLY_W:
         tl.extra.cuda.gdc_wait()
     if EVEN_K:

@@ -43,18 +43,30 @@ from augury.layers.triton_pdl import pdl_enabled
 from augury.layers.triton_probe import stamp
 
 # Programmatic dependent launch (PDL) around attention. AUGURY_ATTN_PDL picks where attention
-# sits in the chain of dependent launches; in every mode it waits (gdc_wait) before it reads:
+# sits in the chain of dependent launches; in every PDL mode it waits (gdc_wait) before it reads:
 #   wait (default): launched with PDL (its programs are resident while the qkv product drains),
 #     the next kernel starts only when attention ends;
 #   0: launched without PDL;  1: with PDL, and the next kernel may start at once;
 #   late: the next kernel may start once the key tiles are in (before the merge);
 #   end: the next kernel may start once the output rows are stored.
 # In a chain of fused 8B layers on the H200 (`python -m augury.bench.gemv_gpu`, layer chain;
-# docs/benchmarks.md "Twelfth session"), `wait` took up to 2 us a layer less than `0`, and every
-# mode that lets o_proj start during attention cost 1-10 us more: o_proj's programs, even idle
-# at their own wait, and its early weight loads slow this latency-bound kernel's loads.
+# docs/benchmarks.md "Twelfth session"), `wait` took up to 2 us a layer less than `0`; `1` and
+# `late`, which let o_proj start while attention still loads, cost 6-10 us more: o_proj's
+# programs, even idle at their own wait, slow this latency-bound kernel's loads. `end` measured
+# 0.2-1.6 us slower than `wait`.
 PDL_MODES = {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
-_PDL_MODE = PDL_MODES.get(os.environ.get("AUGURY_ATTN_PDL", "wait"), 3)
+
+
+def pdl_mode_from(value: str | None) -> int:
+    """AUGURY_ATTN_PDL's value (None: unset) -> a `PDL_MODES` value; an unknown one is refused."""
+    if value is None:
+        return PDL_MODES["wait"]
+    if value not in PDL_MODES:
+        raise ValueError(f"AUGURY_ATTN_PDL={value!r}: use one of {', '.join(PDL_MODES)} (unset: wait)")
+    return PDL_MODES[value]
+
+
+_PDL_MODE = pdl_mode_from(os.environ.get("AUGURY_ATTN_PDL"))
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -107,8 +119,8 @@ def _paged_decode_kernel(
         tl.extra.cuda.gdc_wait()
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()  # o_proj may start streaming its weights
-    if TIMES:  # probe (benchmarks): 5 stamps per program, t_ptr [programs, 5, 2]
-        t_ptr += ((b * HKV + h) * num_splits + sp) * 10
+    if TIMES:  # probe (benchmarks): 5 stamps per program, t_ptr [programs, 5]
+        t_ptr += ((b * HKV + h) * num_splits + sp) * 5
         stamp(t_ptr, 0, sp)
     q = tl.load(q_ptr + b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
@@ -151,8 +163,8 @@ def _paged_decode_kernel(
             acc = acc * alpha[:, None] + tl.dot(p.to(cdt), v)
         m_i = m_new
     if TIMES:
-        stamp(t_ptr, 1, tl.max(l_i, axis=0))  # the first dot's K tile is in
-        stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and the V tile
+        stamp(t_ptr, 1, tl.max(l_i, axis=0))  # the last tile's q.k is done (its K tile is in)
+        stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and its p.v (its V tile)
     if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
         tl.extra.cuda.gdc_launch_dependents()
     if SPLIT:
@@ -178,7 +190,7 @@ def _paged_decode_kernel(
                 release_counter(counter)
                 if TIMES:
                     stamp(t_ptr, 4, tl.sum(tl.sum(o, axis=1), axis=0))
-                if PDL == 4:  # the output is stored (the other programs of the launch have exited)
+                if PDL == 4:  # the output is stored (this (b, h)'s other splits have arrived)
                     tl.extra.cuda.gdc_launch_dependents()
         else:  # a second kernel merges (merge_splits_kernel)
             tl.store(m_ptr + part * BLOCK_M + offs_m, m_i)
@@ -272,8 +284,8 @@ def paged_decode_attention(
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
     num_warps / num_stages / prefetch override the choice (tests, sweeps); pdl_mode: a value of
-    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); times: an int64 tensor [programs, 5, 2]
-    for the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). Inside a CUDA-graph
+    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); times: a contiguous int64 CUDA tensor
+    of at least [programs, 5] for the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
     B, max_q, H, D = q.shape
@@ -305,6 +317,10 @@ def paged_decode_attention(
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
+    if times is not None and (times.dtype != torch.int64 or not times.is_contiguous() or times.device != q.device
+                              or q.device.type != "cuda" or times.numel() < B * Hkv * S * 5):
+        raise ValueError(f"paged_decode_attention: times must be a contiguous int64 tensor of >= {B * Hkv * S * 5} "
+                         f"elements on q's CUDA device")
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         times if times is not None else out,

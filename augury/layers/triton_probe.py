@@ -1,9 +1,9 @@
 """In-kernel timestamps for latency probes (benchmarks only).
 
-`stamp` writes %globaltimer (ns, comparable across multiprocessors) and %clock64 (cycles of
-this multiprocessor) once the scalar `dep` is available, so a stamp placed after a value is
-computed marks when that value's loads had arrived. Kernels compile it in only under a
-constexpr flag (off by default); the interpreter has no inline PTX."""
+`stamp` writes %globaltimer (ns since the epoch, comparable across multiprocessors) once the
+scalar `dep` is available, so a stamp placed after a value is computed marks when that value's
+loads had arrived. Kernels compile it in only under a constexpr flag (off by default); the
+interpreter has no inline PTX."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import triton.language as tl
 
 @triton.jit
 def stamp(t_ptr, slot, dep):
-    """(globaltimer, clock64) into t_ptr[2 * slot], t_ptr[2 * slot + 1] (int64)."""
+    """%globaltimer into t_ptr[slot] (int64)."""
     d = dep.to(tl.int32)
     t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [d], dtype=tl.int64, is_pure=False, pack=1)
-    c = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [d], dtype=tl.int64, is_pure=False, pack=1)
-    tl.store(t_ptr + 2 * slot, t)
-    tl.store(t_ptr + 2 * slot + 1, c)
+    tl.store(t_ptr + slot, t)

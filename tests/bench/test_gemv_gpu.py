@@ -8,32 +8,44 @@ import torch
 
 from augury.bench import gemv_gpu
 
+EPOCH_NS = 1_764_000_000_123_456_789  # %globaltimer counts ns since the epoch: float64 alone would round it
 
-def _layer(t0: int, starts: list[int], k: int, v: int, arrive: int, merged: int) -> torch.Tensor:
-    """Stamps (ns) of one layer: program p starts at t0 + starts[p]; its K tile is used k ns
-    later, its V tile v after that, it arrives `arrive` after that; the last program's merged
-    output at t0 + merged."""
-    t = torch.zeros(1024, 5, 2, dtype=torch.int64)
+
+def _layer(t0: int, starts: list[int], k: int, v: int, arrive: int | None, merged: int | None) -> torch.Tensor:
+    """Stamps (ns) of one layer: program p starts at t0 + starts[p]; its last tile's q.k is done
+    k ns later, its p.v v after that, it arrives `arrive` after that (None: a launch without
+    the in-kernel merge writes no arrival); the last program's merged output at t0 + merged."""
+    t = torch.zeros(1024, 5, dtype=torch.int64)
     for p, s in enumerate(starts):
-        for i, dt in enumerate((0, k, k + v, k + v + arrive)):
-            t[p, i, 0] = t0 + s + dt
-    t[len(starts) - 1, 4, 0] = t0 + merged
+        for i, dt in enumerate((0, k, k + v) if arrive is None else (0, k, k + v, k + v + arrive)):
+            t[p, i] = t0 + s + dt
+    if merged is not None:
+        t[len(starts) - 1, 4] = t0 + merged
     return t
 
 
-def test_probe_summary_reads_medians_lasts_and_gaps():
-    layers = [_layer(10_000_000 + 20_000 * i, [0, 300, 600], 2_000, 1_000, 500, 5_000) for i in range(3)]
+def test_probe_summary_reads_medians_lasts_and_gaps_to_the_nanosecond():
+    layers = [_layer(EPOCH_NS + 20_000 * i, [0, 100, 300], 2_050, 1_030, 470, 5_010) for i in range(3)]
     got = gemv_gpu._probe_summary(layers)
     assert got["programs"] == 3
-    assert got["start_median_us"] == pytest.approx(0.3) and got["start_last_us"] == pytest.approx(0.6)
-    assert got["k_tile_median_us"] == pytest.approx(2.3) and got["k_tile_last_us"] == pytest.approx(2.6)
-    assert got["arrived_last_us"] == pytest.approx(4.1)
-    assert got["merged_us"] == pytest.approx(5.0)
-    assert got["gap_to_next_layer_us"] == pytest.approx(15.0)  # 20 us apart, each layer's stamps span 5 us
+    assert got["start_median_us"] == pytest.approx(0.1) and got["start_last_us"] == pytest.approx(0.3)
+    assert got["k_tile_median_us"] == pytest.approx(2.15) and got["k_tile_last_us"] == pytest.approx(2.35)
+    assert got["arrived_last_us"] == pytest.approx(3.85)
+    assert got["merged_us"] == pytest.approx(5.01)
+    assert got["gap_to_next_layer_us"] == pytest.approx(14.99)  # 20 us apart, each layer's stamps span 5.01 us
 
 
-def test_unknown_variants_are_refused(capsys):
+def test_probe_summary_of_a_launch_without_the_in_kernel_merge():
+    """One split (or a second merge kernel): no arrival or merge stamps -> None, not garbage."""
+    got = gemv_gpu._probe_summary([_layer(EPOCH_NS + 9_000 * i, [0, 40], 1_000, 200, None, None) for i in range(2)])
+    assert got["arrived_median_us"] is None and got["arrived_last_us"] is None and got["merged_us"] is None
+    assert got["v_tile_last_us"] == pytest.approx(1.24)
+    assert got["gap_to_next_layer_us"] == pytest.approx(7.76)
+
+
+@pytest.mark.parametrize("arg,word", [("attention_no_pdl,nope", "nope"), ("pdl,pdl", "once")])
+def test_bad_variant_lists_are_refused(capsys, arg, word):
     with pytest.raises(SystemExit):
-        gemv_gpu.main(["--layer-variants", "attention_no_pdl,nope"])
-    assert "nope" in capsys.readouterr().err
-    assert set(gemv_gpu.LAYER_VARIANTS) >= {"attention_no_pdl", "pdl", "no_pdl"}
+        gemv_gpu.main(["--layer-variants", arg])
+    assert word in capsys.readouterr().err
+    assert set(gemv_gpu.LAYER_VARIANTS) >= {"attention_no_pdl", "attention_waits", "pdl", "no_pdl"}

@@ -151,33 +151,60 @@ def test_bf16_8b_shape_and_graph_capture():
 
 
 @cuda_only
-def test_programmatic_dependent_launch_modes_give_the_same_result(monkeypatch):
-    """Every AUGURY_ATTN_PDL mode (`PDL_MODES`; `wait` by default): the kernel under programmatic
-    dependent launch, after a kernel that writes its q, equals the plain launch bitwise, through
-    the module setting and the call's own `pdl_mode`."""
+@pytest.mark.parametrize("launch", [{}, {"num_splits": 1}, {"one_launch": False}],
+                         ids=["split-merged-in-kernel", "one-split", "merge-kernel"])
+def test_programmatic_dependent_launch_modes_wait_for_the_kernel_before(launch, monkeypatch):
+    """Every AUGURY_ATTN_PDL mode (`PDL_MODES`; `wait` by default), through the module setting and
+    the call's `pdl_mode`, right after a PDL product that writes q and lets dependents start at
+    once (`gemv(pdl=True)`), with a new q each time: the output equals the plain launch on the
+    finished q bitwise (an attention that read q before the product ended would not)."""
     from augury.layers import triton_paged_decode
+    from augury.layers.triton_gemv import gemv
     from augury.layers.triton_pdl import pdl_enabled
 
     if not pdl_enabled(DEV):
         pytest.skip("no programmatic dependent launch on this device")
-    q, kp, vp, gm = _case([(300, 1)], H=32, Hkv=8, D=128, num_blocks=48, dtype=torch.bfloat16)
+    _, kp, vp, gm = _case([(300, 1)], H=32, Hkv=8, D=128, num_blocks=48, dtype=torch.bfloat16)
+    bias = gm.additive_mask(torch.bfloat16)
+    w = torch.randn(32 * 128, 2048, device=DEV, dtype=torch.bfloat16) * 0.05
+    for i, mode in enumerate(list(triton_paged_decode.PDL_MODES.values()) * 2):
+        by_call = i >= len(triton_paged_decode.PDL_MODES)
+        monkeypatch.setattr(triton_paged_decode, "_PDL_MODE", 0 if by_call else mode)
+        x = torch.randn(1, 2048, device=DEV, dtype=torch.bfloat16, generator=torch.Generator(DEV).manual_seed(i))
+        q = gemv(x, w, pdl=True).view(1, 1, 32, 128)
+        got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, pdl_mode=mode if by_call else None,
+                                     **launch)
+        torch.cuda.synchronize()
+        want = paged_decode_attention(q.clone(), kp, vp, gm.gather_slots, bias, 0.125, pdl_mode=0, **launch)
+        assert torch.equal(got, want), f"mode {mode}"
+
+
+def test_pdl_modes_parse_and_refuse_unknown_values():
+    from augury.layers import triton_paged_decode as tpd
+
+    assert tpd.PDL_MODES == {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
+    assert tpd.pdl_mode_from(None) == 3 and tpd.pdl_mode_from("0") == 0 and tpd.pdl_mode_from("end") == 4
+    with pytest.raises(ValueError, match="AUGURY_ATTN_PDL='off': use one of 0, 1, late, wait, end"):
+        tpd.pdl_mode_from("off")
+
+
+@cuda_only
+def test_probe_stamps_leave_the_result_alone():
+    """The latency probe (`times`): the output is bitwise the plain launch's; every program
+    stamps its start and its K and V use in order, and the merging ones their arrival first."""
+    q, kp, vp, gm = _case([(1000, 1)], H=32, Hkv=8, D=128, num_blocks=130, dtype=torch.bfloat16)
     bias = gm.additive_mask(q.dtype)
-    src = torch.randn_like(q)
-    outs = []
-    for mode in triton_paged_decode.PDL_MODES.values():
-        monkeypatch.setattr(triton_paged_decode, "_PDL_MODE", mode)
-        q.copy_(src * 2)  # the kernel before it writes q
-        outs.append(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125))
-        q.copy_(src * 2)
-        outs.append(paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, pdl_mode=mode))
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
-
-
-def test_pdl_modes_cover_the_documented_settings():
-    from augury.layers import triton_paged_decode
-
-    assert triton_paged_decode.PDL_MODES == {"0": 0, "1": 1, "late": 2, "wait": 3, "end": 4}
-    assert triton_paged_decode._PDL_MODE in triton_paged_decode.PDL_MODES.values()
+    t = torch.zeros(1024, 5, dtype=torch.int64, device=DEV)
+    got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, times=t)
+    assert torch.equal(got, paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125))
+    t = t[t[:, 0] > 0].cpu()
+    assert t.shape[0] > 8  # several splits per KV head
+    assert (t[:, 1] >= t[:, 0]).all() and (t[:, 2] >= t[:, 1]).all() and (t[:, 3] >= t[:, 2]).all()
+    merged = t[t[:, 4] > 0]
+    assert merged.shape[0] == 8 and (merged[:, 4] >= merged[:, 3]).all()  # one merge per KV head
+    with pytest.raises(ValueError, match="times"):
+        paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.125, times=torch.zeros(4, dtype=torch.int64,
+                                                                                           device=DEV))
 
 
 @here
