@@ -115,5 +115,20 @@ def gemma3_path() -> str | None:
     return str(g.assemble())
 
 
+@functools.lru_cache(maxsize=2)
+def hf_gguf_model(path: str):
+    """HF transformers' own model from a GGUF file (fp32, eval), loaded once per test session:
+    its GGUF loader dequantizes in Python (Gemma 3 270M: ~55 s on 2 cores), and the engine
+    oracle and the weight oracle read the same file. Callers must not change its weights."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate", reason="transformers needs accelerate to load GGUF")
+    p = Path(path)
+    return transformers.AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name,
+                                                            dtype=torch.float32).eval()
+
+
 needs_smollm2 = pytest.mark.skipif(smollm2_path() is None, reason="needs `augury pull smollm2`")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -6,7 +6,7 @@ a source changes). The first build takes about a minute and prints a line saying
 load the cached library in well under a second.
 
 `-march=native`: the library is built on the machine that runs it, so it may use every SIMD
-extension that machine has (the int4 kernel has an AVX-512 VNNI path and a portable one).
+extension that machine has (the int4 kernel has an AVX-512 VNNI path, an AVX2 path and a portable one).
 
 When the build is impossible (no compiler, no ninja, an unsupported platform) or disabled with
 `AUGURY_CPU_KERNELS=0`, `load()` returns False, `unavailable_reason()` says why, and every caller

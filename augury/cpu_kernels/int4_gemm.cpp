@@ -26,9 +26,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define AUGURY_VNNI 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#define AUGURY_AVX2 1  // x86 without AVX-512 VNNI (e.g. AMD Zen 2/3): vpdpbusd emulated, same sums
 #include <immintrin.h>
 #endif
 
@@ -119,6 +123,55 @@ void tile_rows(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int bloc
 }
 #endif
 
+#ifdef AUGURY_AVX2
+inline __m256 load_bf16x8(const uint16_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Rows [r0, r0 + MT) of one output tile, in two halves of 8 output rows (8 int32 lanes each). Per
+// row and block, vpdpbusd's sum of four u8 x s8 products per lane is vpmaddubsw (pairs into int16:
+// |15 * 127 * 2| fits) summed over the block's 8 quads in int16 (at most 30,480: no overflow), then
+// vpmaddwd with ones (into int32): the same exact integer as the VNNI path, and the same two FMAs
+// per lane after it, so every path gives the same bits.
+template <int MT>
+void tile_rows_avx2(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int blocks_per_group,
+                    const int8_t* qx, const float* d, const int32_t* S, int64_t K, int64_t r0, float* y,
+                    int64_t N, int64_t t) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t KB = K / kBlock;
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc_f[MT];
+    for (int r = 0; r < MT; ++r) acc_f[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const uint8_t* wb = wt + b * kBlockBytes + 32 * half;
+      __m256i w[8];
+      for (int i = 0; i < 4; ++i) {
+        __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
+        w[2 * i] = _mm256_and_si256(p, low);
+        w[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+      }
+      const uint16_t* sz = szt + (b / blocks_per_group) * 2 * kTile + 8 * half;
+      __m256 s = load_bf16x8(sz), z = load_bf16x8(sz + kTile);
+      for (int r = 0; r < MT; ++r) {
+        const int64_t row = r0 + r;
+        const int32_t* q4 = reinterpret_cast<const int32_t*>(qx + row * K + b * kBlock);
+        __m256i acc16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(q4[0]));
+        for (int i = 1; i < 8; ++i) acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(w[i], _mm256_set1_epi32(q4[i])));
+        __m256i acc = _mm256_madd_epi16(acc16, ones);
+        const int32_t Sb = S[row * KB + b];
+        const float db = d[row * KB + b];
+        acc = _mm256_sub_epi32(acc, _mm256_set1_epi32(8 * Sb));
+        acc_f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(s, _mm256_set1_ps(db)), acc_f[r]);
+        acc_f[r] = _mm256_fmadd_ps(z, _mm256_set1_ps(db * static_cast<float>(Sb)), acc_f[r]);
+      }
+    }
+    for (int r = 0; r < MT; ++r) _mm256_storeu_ps(y + (r0 + r) * N + t * kTile + 8 * half, acc_f[r]);
+  }
+}
+#endif
+
 // Portable form of the same arithmetic (one lane at a time).
 void tile_rows_scalar(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int blocks_per_group,
                       const int8_t* qx, const float* d, const int32_t* S, int64_t K, int64_t row, float* y,
@@ -192,6 +245,16 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
         case 1: tile_rows<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
         default: break;
       }
+#elif defined(AUGURY_AVX2)
+      // up to 4 rows share one unpacking (8 weight + 4 accumulator of the 16 ymm registers)
+      int64_t r = 0;
+      for (; r + 4 <= M; r += 4) tile_rows_avx2<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+      switch (M - r) {
+        case 3: tile_rows_avx2<3>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 2: tile_rows_avx2<2>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        case 1: tile_rows_avx2<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
+        default: break;
+      }
 #else
       for (int64_t r = 0; r < M; ++r) tile_rows_scalar(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
 #endif
@@ -208,11 +271,23 @@ bool has_vnni() {
 #endif
 }
 
+// Which int4_mm path this build has: "avx512vnni", "avx2" or "portable" (benchmarks, tests).
+std::string isa() {
+#if defined(AUGURY_VNNI)
+  return "avx512vnni";
+#elif defined(AUGURY_AVX2)
+  return "avx2";
+#else
+  return "portable";
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
   m.def("int4_mm(Tensor x, Tensor packed, Tensor scales, int group_size) -> Tensor");
   m.def("int4_has_vnni() -> bool");
+  m.def("int4_isa() -> str");
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
@@ -221,4 +296,5 @@ TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
 
 TORCH_LIBRARY_IMPL(augury_cpu, CompositeExplicitAutograd, m) {
   m.impl("int4_has_vnni", &has_vnni);
+  m.impl("int4_isa", &isa);
 }

@@ -68,6 +68,20 @@ def test_rows_are_bitwise_their_lone_call_whatever_the_batch_or_threads() -> Non
         torch.set_num_threads(n)
 
 
+def test_the_build_names_its_path() -> None:
+    """int4_mm has an AVX-512 VNNI path, an AVX2 one (vpdpbusd's sums through vpmaddubsw and
+    vpmaddwd) and a portable one; the build reports which it compiled (`-march=native`), and x86
+    machines with AVX2 never fall back to the portable loop (~4x slower decode)."""
+    import platform
+
+    isa = torch.ops.augury_cpu.int4_isa()
+    assert isa in ("avx512vnni", "avx2", "portable")
+    assert (isa == "avx512vnni") == torch.ops.augury_cpu.int4_has_vnni()
+    flags = open("/proc/cpuinfo").read() if platform.system() == "Linux" else ""
+    if " avx2 " in flags and " fma " in flags:
+        assert isa != "portable"
+
+
 def test_packing_only_moves_nibbles() -> None:
     """unpack_int4's layout-agnostic inverse recovers q from the native packing."""
     q, _, _ = _weights(48, 128, 32)

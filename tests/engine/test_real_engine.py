@@ -4,15 +4,12 @@ SmolLM2's greedy tokens at B=1 and B=4; int8/int4 weights agree with native (KL 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
 from augury.engine.engine import Engine
 from augury.engine.types import SamplingParams
-from tests.conftest import gemma3_path, smollm2_path
+from tests.conftest import gemma3_path, hf_gguf_model, smollm2_path
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -24,14 +21,6 @@ CHATS = [
 RAW = ["The history of the printing press", "def fibonacci(n):\n    "]
 N = 48
 GREEDY = SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True)
-
-
-def hf_model(path: str):
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    p = Path(path)
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
 
 
 def hf_greedy(model, ids: list[int], n: int = N) -> list[int]:
@@ -58,15 +47,21 @@ def smol_prompts(e: Engine) -> list[list[int]]:
 
 
 def test_smollm2_greedy_matches_transformers(smol):
-    hf = hf_model(smollm2_path())
+    hf = hf_gguf_model(smollm2_path())
     for ids in smol_prompts(smol):
         assert smol.generate(ids, GREEDY).token_ids == hf_greedy(hf, ids)
 
 
+@pytest.fixture(scope="module")
+def smol_plain(smol) -> list[list[int]]:
+    """Plain greedy tokens of the first four prompts, computed once for the three methods."""
+    return [smol.generate(p, GREEDY).token_ids for p in smol_prompts(smol)[:4]]
+
+
 @pytest.mark.parametrize("method", ["ngram", "draft-model", "layerskip"])
-def test_smollm2_speculation_is_exact(smol, method):
+def test_smollm2_speculation_is_exact(smol, smol_plain, method):
     ps = smol_prompts(smol)[:4]
-    plain = [smol.generate(p, GREEDY).token_ids for p in ps]
+    plain = smol_plain
     sp = SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True,
                         speculative={"method": method, "num_draft_tokens": 6})
     alone = [smol.generate(p, sp) for p in ps]
@@ -118,7 +113,7 @@ def test_gemma3_greedy_matches_transformers():
         pytest.skip("needs `augury pull gemma3-270m`")
     e = Engine.from_model("gemma3-270m", dtype="float32", progress=False, kv_budget="256MiB")
     try:
-        hf = hf_model(path)
+        hf = hf_gguf_model(path)
         for text in RAW:
             ids = e.tokenizer.encode(text)
             assert e.generate(ids, GREEDY).token_ids == hf_greedy(hf, ids)

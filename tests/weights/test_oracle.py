@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from augury.config import ModelConfig
 from augury.weights.loader import load_checkpoint
+from tests.conftest import hf_gguf_model
 
 
 def _transformers_state(path) -> tuple[dict[str, torch.Tensor], object]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    pytest.importorskip("accelerate", reason="transformers needs accelerate to load GGUF")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, torch_dtype=torch.float32
-    )
+    model = hf_gguf_model(str(path))  # shared with the engine oracle (tests/engine/test_real_engine.py)
     sd = dict(model.state_dict())
     if model.config.tie_word_embeddings:
         sd.pop("lm_head.weight", None)  # tied to the embedding; we do not emit it
