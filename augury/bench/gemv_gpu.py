@@ -330,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"layer-chain PDL variants, of {','.join(LAYER_VARIANTS)}")
     a = ap.parse_args(argv)
     variants = [v for v in a.layer_variants.split(",") if v]
-    bad = [c for c in a.chains.split(",") if c and c not in ("chain", "layer_chain")] + \
+    chains = [c for c in a.chains.split(",") if c]
+    bad = [c for c in chains if c not in ("chain", "layer_chain")] + \
         [v for v in variants if v not in LAYER_VARIANTS]
     if bad:
         ap.error(f"unknown chain or layer variant {', '.join(bad)} (chains: chain, layer_chain; variants: "
@@ -354,11 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                     indent=1))
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
-        chains = {"chain": bench_chain,
-                  "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=variants,
-                                                              probe=a.attn_probe)}
-        for key in (c for c in a.chains.split(",") if c):
-            res[key] = chains[key](dev, bw)
+        run = {"chain": bench_chain,
+               "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=variants, probe=a.attn_probe)}
+        for key in chains:
+            res[key] = run[key](dev, bw)
             (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)
     tot_f = sum(min(r["fused_default_us"], r.get("fused_best_us", math.inf))

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define AUGURY_VNNI 1
@@ -172,6 +173,23 @@ void tile_rows_avx2(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int
 }
 #endif
 
+// Rows [0, M) in chunks of MAX, then one chunk of the remainder: f(std::integral_constant<int, n>,
+// first row) for each, so every chunk runs a tile kernel compiled for its row count.
+template <int MT, typename F>
+void remainder_chunk(int64_t n, int64_t r, F& f) {
+  if constexpr (MT > 0) {
+    if (n == MT) f(std::integral_constant<int, MT>{}, r);
+    else remainder_chunk<MT - 1>(n, r, f);
+  }
+}
+
+template <int MAX, typename F>
+void row_chunks(int64_t M, F&& f) {
+  int64_t r = 0;
+  for (; r + MAX <= M; r += MAX) f(std::integral_constant<int, MAX>{}, r);
+  remainder_chunk<MAX - 1>(M - r, r, f);
+}
+
 // Portable form of the same arithmetic (one lane at a time).
 void tile_rows_scalar(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int blocks_per_group,
                       const int8_t* qx, const float* d, const int32_t* S, int64_t K, int64_t row, float* y,
@@ -233,28 +251,14 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
       const uint16_t* szt = szp + t * G * 2 * kTile;
 #ifdef AUGURY_VNNI
       // up to 8 rows share one unpacking of the tile's weights (8 weight + 8 accumulator registers)
-      int64_t r = 0;
-      for (; r + 8 <= M; r += 8) tile_rows<8>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
-      switch (M - r) {
-        case 7: tile_rows<7>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 6: tile_rows<6>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 5: tile_rows<5>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 4: tile_rows<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 3: tile_rows<3>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 2: tile_rows<2>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 1: tile_rows<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        default: break;
-      }
+      row_chunks<8>(M, [&](auto mt, int64_t r) {
+        tile_rows<decltype(mt)::value>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+      });
 #elif defined(AUGURY_AVX2)
       // up to 4 rows share one unpacking (8 weight + 4 accumulator of the 16 ymm registers)
-      int64_t r = 0;
-      for (; r + 4 <= M; r += 4) tile_rows_avx2<4>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
-      switch (M - r) {
-        case 3: tile_rows_avx2<3>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 2: tile_rows_avx2<2>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        case 1: tile_rows_avx2<1>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t); break;
-        default: break;
-      }
+      row_chunks<4>(M, [&](auto mt, int64_t r) {
+        tile_rows_avx2<decltype(mt)::value>(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
+      });
 #else
       for (int64_t r = 0; r < M; ++r) tile_rows_scalar(wt, szt, nblocks, blocks_per_group, qxp, dp, Sp, K, r, yp, N, t);
 #endif

@@ -150,7 +150,7 @@ class Engine:
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
                request_id: str | None = None) -> RequestHandle:
         req, handle = self._prepare(prompt_ids, params, request_id)
-        self._commands.put(("add", req))
+        self._commands.put(("add", [req]))
         return handle
 
     def _prepare(self, prompt_ids: Sequence[int], params: SamplingParams | None,
@@ -305,7 +305,7 @@ class Engine:
             with self._lock:  # none of them was queued
                 self._pending -= len(prepared)
             raise
-        self._commands.put(("add_many", [req for req, _ in prepared]))
+        self._commands.put(("add", [req for req, _ in prepared]))
         return [self.collect(h) for _, h in prepared]
 
     @staticmethod
@@ -397,11 +397,10 @@ class Engine:
                                  skip_special_tokens=params.skip_special_tokens, prompt_ids=prompt)
 
     def _handle(self, cmd: str, arg: Any, idle_waiters: list[threading.Event]) -> None:
-        if cmd in ("add", "add_many"):
-            reqs = [arg] if cmd == "add" else arg
+        if cmd == "add":  # one request (submit) or a batch's (generate_batch)
             with self._lock:
-                self._pending -= len(reqs)
-            for req in reqs:
+                self._pending -= len(arg)
+            for req in arg:
                 self.core.add(req)
         elif cmd == "abort":
             self.core.abort(arg)

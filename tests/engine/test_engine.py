@@ -66,7 +66,7 @@ def test_generate_batch_queues_its_prompts_in_one_command(engine, monkeypatch):
             self.q = q
 
         def put(self, item, *a, **k):
-            seen.append(item[0])
+            seen.append((item[0], len(item[1]) if item[0] == "add" else None))
             self.q.put(item, *a, **k)
 
         def __getattr__(self, name):
@@ -74,7 +74,7 @@ def test_generate_batch_queues_its_prompts_in_one_command(engine, monkeypatch):
 
     monkeypatch.setattr(engine, "_commands", Spy(engine._commands))
     out = engine.generate_batch(prompts(3), GREEDY)
-    assert len(out) == 3 and seen == ["add_many"]
+    assert len(out) == 3 and seen == [("add", 3)]
     seen.clear()
     with pytest.raises(ValueError, match="token ids"):
         engine.generate_batch(prompts(2) + [[10 ** 9]], GREEDY)
