@@ -20,8 +20,9 @@
 // leak into it.
 //
 // Pools are float32 or bfloat16 ([num_slots, Hkv, D], contiguous), q the same or the other of the
-// two; the output has q's dtype. The AVX-512 path needs D % 16 == 0; everything else takes the
-// portable scalar path (same math, its own fixed order).
+// two; the output has q's dtype. The AVX-512 path needs D % 16 == 0, the AVX2 path (x86 without
+// AVX-512) D % 8 == 0; everything else takes the portable scalar path (same math, its own fixed
+// order). Each path is bitwise invariant on its own; `attention_isa()` names the one compiled.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -33,10 +34,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #if defined(__AVX512F__)
 #define AUGURY_ATTN_AVX512 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#define AUGURY_ATTN_AVX2 1
 #include <immintrin.h>
 #endif
 
@@ -215,6 +220,168 @@ void pair_avx512(const float* q, int rep, int64_t D, const KT* kp, const KT* vp,
 }
 #endif  // AUGURY_ATTN_AVX512
 
+#ifdef AUGURY_ATTN_AVX2
+// ---------------------------------------------------------------------------------------------
+// AVX2 path: the AVX-512 path's structure on 8 lanes. Pass 1 writes each head's scores to a row
+// padded to a multiple of 8 with -inf, so pass 2 runs on whole vectors (the padding's exp is 0).
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {  // bf16 -> f32 is exact: the bits move up 16
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// exp for x <= 0: the same Cephes polynomial as exp16; 2^n is built in the exponent bits, so the
+// argument is clamped to where 2^n is a normal float and anything below exp(-87.3) is set to 0
+// (what scalef's underflow gives on the AVX-512 path, to within denormals).
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // false for -inf and NaN
+  x = _mm256_max_ps(x, lo);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+}
+
+// a[0..7] (one accumulator per key) -> lane i = the lane sum of a[perm[i]], by a transpose-and-add
+// tree (each output lane sums only its own key's lanes, in a fixed order).
+inline __m256 hsum8(const __m256* a) {
+  __m256 b[4], c[2];
+  for (int i = 0; i < 4; ++i)  // 128-bit halves: key i in the low half, key i + 4 in the high
+    b[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[i], a[i + 4], 0x20), _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
+  for (int i = 0; i < 2; ++i)  // pairs of floats
+    c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[i], b[i + 2], 0x44), _mm256_shuffle_ps(b[i], b[i + 2], 0xEE));
+  return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], 0x88), _mm256_shuffle_ps(c[0], c[1], 0xDD));
+}
+
+// The permutation putting hsum8's lanes back in key order, measured on one-hot inputs.
+__m256i key_order8() {
+  alignas(32) float lanes[8];
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) {
+    std::fill(lanes, lanes + 8, 0.f);
+    lanes[0] = static_cast<float>(i);
+    a[i] = _mm256_load_ps(lanes);
+  }
+  _mm256_store_ps(lanes, hsum8(a));
+  alignas(32) int32_t idx[8];
+  for (int i = 0; i < 8; ++i) idx[static_cast<int>(lanes[i])] = i;
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
+}
+
+// lanes combined by a fixed tree (halves, then pairs, then the last two)
+inline float reduce8(__m256 v, bool take_max) {
+  __m128 h = take_max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+                      : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s = _mm_movehl_ps(h, h);
+  h = take_max ? _mm_max_ps(h, s) : _mm_add_ps(h, s);
+  s = _mm_shuffle_ps(h, h, 0x55);
+  return _mm_cvtss_f32(take_max ? _mm_max_ss(h, s) : _mm_add_ss(h, s));
+}
+
+// pass 1, keys [j0, j0 + 8) for one query head: s[j] = scale * q . k_j; keys past L get -inf
+template <typename KT>
+void score_block8(const float* q, int64_t D, const KT* kp, const int64_t* slots, int64_t j0, int64_t L,
+                  int64_t slot_stride, __m256 vscale, __m256i perm, float* s) {
+  const int n = static_cast<int>(std::min<int64_t>(8, L - j0));
+  // a short block repeats its last key (masked below): a fixed trip count keeps acc in registers
+  const KT* k[8];
+  for (int i = 0; i < 8; ++i) k[i] = kp + slots[j0 + std::min(i, n - 1)] * slot_stride;
+  __m256 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    __m256 qd = _mm256_loadu_ps(q + d);
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qd, load8(k[i] + d), acc[i]);
+  }
+  __m256 sum = _mm256_mul_ps(_mm256_permutevar8x32_ps(hsum8(acc), perm), vscale);
+  if (n < 8) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 pad = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(n - 1)));
+    sum = _mm256_blendv_ps(sum, _mm256_set1_ps(-std::numeric_limits<float>::infinity()), pad);
+  }
+  _mm256_storeu_ps(s + j0, sum);
+}
+
+// pass 3 for query heads [r0, r0 + NR), D columns [d0, d0 + 8 * NC), keys [j0, j1): out += p[r][j] * v_j
+// (out carries the running sums between key blocks: a store and a reload round nothing)
+template <int NR, int NC, typename KT>
+void pv_tile8(const float* s, int64_t Lp, int64_t j0, int64_t j1, const KT* vp, const int64_t* slots,
+              int64_t slot_stride, int64_t d0, float* out, int64_t D) {
+  __m256 acc[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_loadu_ps(out + r * D + d0 + 8 * c);
+  for (int64_t j = j0; j < j1; ++j) {
+    const KT* v = vp + slots[j] * slot_stride + d0;
+    __m256 vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = load8(v + 8 * c);
+    for (int r = 0; r < NR; ++r) {
+      __m256 p = _mm256_broadcast_ss(s + r * Lp + j);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(p, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + r * D + d0 + 8 * c, acc[r][c]);
+}
+
+template <int NC, typename KT>
+void pv_heads8(const float* s, int rep, int64_t Lp, int64_t j0, int64_t j1, const KT* vp, const int64_t* slots,
+               int64_t slot_stride, int64_t d0, float* out, int64_t D) {
+  int r = 0;  // 3 heads x 2 vectors: 6 accumulators + 2 values + 3 broadcasts of the 16 registers
+  for (; r + 3 <= rep; r += 3) pv_tile8<3, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
+  if (rep - r == 2) pv_tile8<2, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
+  if (rep - r == 1) pv_tile8<1, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
+}
+
+// s holds rep rows of Lp = L rounded up to 8 floats. Keys are walked in blocks small enough to stay
+// in L1 while every head (pass 1) and every column slice (pass 3) reads them, so each K and V row
+// comes from L2 / memory once per pair, not once per head or slice.
+template <typename KT>
+void pair_avx2(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, const int64_t* slots, int64_t L,
+               int64_t slot_stride, float scale, __m256i perm, float* s, float* lsum, float* out) {
+  const int64_t Lp = (L + 7) / 8 * 8;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < L; j0 += 8)
+    for (int r = 0; r < rep; ++r) score_block8(q + r * D, D, kp, slots, j0, L, slot_stride, vscale, perm, s + r * Lp);
+  for (int r = 0; r < rep; ++r) {  // pass 2: max, exp, sum in 8-lane chunks from the row's first key
+    float* sr = s + r * Lp;
+    __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < Lp; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(sr + j));
+    const __m256 m = _mm256_set1_ps(reduce8(vm, true));
+    __m256 vl = _mm256_setzero_ps();
+    for (int64_t j = 0; j < Lp; j += 8) {
+      __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(sr + j), m));
+      _mm256_storeu_ps(sr + j, p);
+      vl = _mm256_add_ps(vl, p);
+    }
+    lsum[r] = reduce8(vl, false);
+  }
+  std::fill(out, out + rep * D, 0.f);
+  // ~16 KiB of V rows per block
+  const int64_t JB = std::max<int64_t>(8, 16384 / (D * static_cast<int64_t>(sizeof(KT))));
+  for (int64_t j0 = 0; j0 < L; j0 += JB) {
+    const int64_t j1 = std::min(L, j0 + JB);
+    int64_t d0 = 0;
+    for (; d0 + 16 <= D; d0 += 16) pv_heads8<2>(s, rep, Lp, j0, j1, vp, slots, slot_stride, d0, out, D);
+    for (; d0 < D; d0 += 8) pv_heads8<1>(s, rep, Lp, j0, j1, vp, slots, slot_stride, d0, out, D);
+  }
+  for (int r = 0; r < rep; ++r) {
+    const __m256 vl = _mm256_set1_ps(lsum[r]);
+    for (int64_t d = 0; d < D; d += 8)
+      _mm256_storeu_ps(out + r * D + d, _mm256_div_ps(_mm256_loadu_ps(out + r * D + d), vl));
+  }
+}
+#endif  // AUGURY_ATTN_AVX2
+
 template <typename QT>
 void load_q(const QT* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f(src[i]);
@@ -239,13 +406,16 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
 #ifdef AUGURY_ATTN_AVX512
   static const __m512i perm = key_order();
   const bool vec = D % 16 == 0;
+#elif defined(AUGURY_ATTN_AVX2)
+  static const __m256i perm8 = key_order8();
+  const bool vec = D % 8 == 0;
 #endif
   auto work = [&](int64_t p0, int64_t p1) {
     std::vector<float> buf;
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t t = p / Hkv, g = p % Hkv;
       const int64_t b = rd[3 * t], lo = rd[3 * t + 1], L = rd[3 * t + 2] - lo;
-      const int64_t need = 2 * rep * D + rep + rep * L;
+      const int64_t need = 2 * rep * D + rep + rep * ((L + 7) / 8 * 8);  // scores padded for AVX2
       if (static_cast<int64_t>(buf.size()) < need) buf.resize(need);
       float *qf = buf.data(), *of = qf + rep * D, *lsum = of + rep * D, *s = lsum + rep;
       load_q(qd + (t * H + g * rep) * D, rep * D, qf);
@@ -253,6 +423,10 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
 #ifdef AUGURY_ATTN_AVX512
       if (vec)
         pair_avx512(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), perm, s, lsum, of);
+      else
+#elif defined(AUGURY_ATTN_AVX2)
+      if (vec)
+        pair_avx2(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), perm8, s, lsum, of);
       else
 #endif
         pair_scalar(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), s, of);
@@ -307,11 +481,23 @@ at::Tensor paged_attention_rows(const at::Tensor& q, const at::Tensor& k_pool, c
   return out;
 }
 
+// Which path this build takes for head dims it vectorizes: "avx512", "avx2" or "portable".
+std::string isa() {
+#if defined(AUGURY_ATTN_AVX512)
+  return "avx512";
+#elif defined(AUGURY_ATTN_AVX2)
+  return "avx2";
+#else
+  return "portable";
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
   m.def("paged_attention_rows(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor rows, "
         "float scale, bool parallel) -> Tensor");
+  m.def("attention_isa() -> str", &isa);
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {

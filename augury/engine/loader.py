@@ -136,9 +136,9 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
         if cfg.weights == "int4" and device.type == "cpu":
             from augury.layers.quant_linear import keep_dense_copies
 
-            kept = keep_dense_copies(model)  # ~3x faster prefill for small models (bf16 copies)
+            kept = keep_dense_copies(model)  # ~3x faster prefill for small models
             if kept:
-                log.info("int4: keeping %.0f MiB of bf16 weight copies for prefill", kept / 2**20)
+                log.info("int4: keeping %.0f MiB of dense weight copies for prefill", kept / 2**20)
     model.eval()
     maybe_compile(model, cfg)
 

@@ -28,9 +28,20 @@ _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0
 # From this many rows on, dequantizing int8 slices and calling the dense bf16 matmul beats the
 # int8 kernel on CPU (measured 2-10x at 64+ rows, parity around 8-16; the kernel is a GEMV at heart)
 INT8_DENSE_MIN_ROWS = 16
-# Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; a bf16 copy of the weight
+# Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; a dense copy of the weight
 # through the dense matmul is ~3x faster at prefill sizes (512 rows) and ~1.6x at 16 (SmolLM2 shapes)
 INT4_DENSE_MIN_ROWS = 16
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_dense_dtype() -> torch.dtype:
+    """The dtype of CPU int4 modules' dense copies (prefill): bf16 where the CPU multiplies bf16 in
+    hardware (AVX-512 BF16 or AMX; oneDNN's fast path), float32 elsewhere. Without those instructions
+    torch's bf16 matmul is a scalar-ish fallback: on a 2-core AVX2-only EPYC, [1024, 576] x [576, 3072]
+    took 227 ms in bf16 and 28 ms in float32 (MKL sgemm), and a 32-token SmolLM2 prompt 450 ms.
+    Decided from the instruction set, never from a timing, so a machine always gets the same numbers."""
+    bf16_hw = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return torch.bfloat16 if bf16_hw else torch.float32
 _DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 
 
@@ -456,14 +467,16 @@ class Int4Linear(nn.Module):
         """The weight the kernel multiplies by, float32 [N, K] (on CPU)."""
         return self.parts().dequantize()
 
-    def keep_dense_copy(self) -> None:
-        """Keep the dequantized weight in act_dtype for inputs of >= dense_min_rows rows (CPU only).
+    def keep_dense_copy(self, dtype: torch.dtype | None = None) -> None:
+        """Keep the dequantized weight in `dtype` (default `cpu_dense_dtype()`) for inputs of
+        >= dense_min_rows rows (CPU only); those rows are multiplied in that dtype.
 
-        Costs 2 bytes per weight on top of the packed 0.5; the copy rounds the weight to
-        act_dtype, so many-row steps differ from the kernel by that rounding."""
+        Costs 2 (bf16) or 4 (float32) bytes per weight on top of the packed 0.5. Many-row steps
+        differ from the kernel (int8 activations) by rounding; a float32 copy holds the weight the
+        kernel uses exactly, a bf16 one rounds it."""
         if self._layout != "cpu":
             raise ValueError("a dense int4 copy is for the CPU kernel only")
-        self.dense_weight = self.dequantize().to(self.act_dtype).contiguous()
+        self.dense_weight = self.dequantize().to(dtype or cpu_dense_dtype()).contiguous()
 
     def _repack_for(self, device_type: str) -> None:
         # the module was moved (`.to`) since packing: the bytes are in the old device's layout
@@ -479,7 +492,7 @@ class Int4Linear(nn.Module):
             self._repack_for(self.packed.device.type)
         dw = self.dense_weight
         if dw is not None and x.dim() == 2 and x.shape[0] >= self.dense_min_rows and dw.device == x.device:
-            y = F.linear(x.to(self.act_dtype), dw).to(x.dtype)
+            y = F.linear(x.to(dw.dtype), dw).to(x.dtype)
             return y if self.bias is None else y + self.bias.to(x.dtype)
         # augury's CPU kernel takes float32 (it quantizes to int8 inside); torch's take act_dtype
         act = torch.float32 if self._native else self.act_dtype
@@ -532,17 +545,19 @@ class Int4Linear(nn.Module):
         )
 
 
-DENSE_COPY_BUDGET = 1 << 30  # bytes of bf16 copies a CPU int4 model may keep for prefill
+DENSE_COPY_BUDGET = 1 << 30  # bytes of dense copies a CPU int4 model may keep for prefill
 
 
-def keep_dense_copies(model: nn.Module, max_bytes: int = DENSE_COPY_BUDGET) -> int:
+def keep_dense_copies(model: nn.Module, max_bytes: int = DENSE_COPY_BUDGET, dtype: torch.dtype | None = None) -> int:
     """CPU int4 models small enough: give each Int4Linear but the LM head (one row per request
-    at a time) a bf16 copy for prefill-sized inputs. All or nothing; returns the bytes kept."""
+    at a time) a dense copy (`dtype`, default `cpu_dense_dtype()`) for prefill-sized inputs. All or
+    nothing; returns the bytes kept."""
+    dtype = dtype or cpu_dense_dtype()
     mods = [m for n, m in model.named_modules()
             if isinstance(m, Int4Linear) and m._layout == "cpu" and n.split(".")[-1] != "lm_head"]
-    need = sum(m.out_features * m.in_features * torch.finfo(m.act_dtype).bits // 8 for m in mods)
+    need = sum(m.out_features * m.in_features * torch.finfo(dtype).bits // 8 for m in mods)
     if not mods or need > max_bytes:
         return 0
     for m in mods:
-        m.keep_dense_copy()
+        m.keep_dense_copy(dtype)
     return need

@@ -276,25 +276,45 @@ def test_int4_plain_fast_path_is_bit_identical(dtype):
     assert not Int4Linear.from_linear(nn.Linear(100, 64, bias=False), 32)._plain  # K padded to whole groups
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("bias", [False, True])
-def test_int4_dense_copy_for_many_rows(bias):
-    """keep_dense_copy: many-row inputs go through the bf16 copy (weight rounded to bf16), few rows
-    through the kernel; both stay close to the dequantized reference."""
+def test_int4_dense_copy_for_many_rows(bias, dtype):
+    """keep_dense_copy: many-row inputs go through the dense copy (bf16: the weight rounded to bf16;
+    float32: exactly the kernel's weight), few rows through the kernel; both stay close to the
+    dequantized reference."""
     torch.manual_seed(0)
     m = Int4Linear.from_linear(nn.Linear(128, 64, bias=bias), 32)
     few, many = torch.randn(2, 128), torch.randn(m.dense_min_rows, 128)
     before = m(few)
-    m.keep_dense_copy()
-    assert m.dense_weight.dtype == torch.bfloat16 and m.dense_weight.shape == (64, 128)
+    m.keep_dense_copy(dtype)
+    assert m.dense_weight.dtype == dtype and m.dense_weight.shape == (64, 128)
+    if dtype == torch.float32:
+        assert torch.equal(m.dense_weight, m.dequantize())
     torch.testing.assert_close(m(few), before, atol=0, rtol=0)  # the kernel still serves few rows
-    ref = many.bfloat16().float() @ m.dequantize().bfloat16().float().T
+    ref = many.to(dtype).float() @ m.dequantize().to(dtype).float().T
     if bias:
         ref = ref + m.bias
     got = m(many)
     torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2)
-    # the many-row result is exactly the dense matmul on the bf16 copy
-    want = torch.nn.functional.linear(many.bfloat16(), m.dense_weight).float()
+    # the many-row result is exactly the dense matmul on the copy
+    want = torch.nn.functional.linear(many.to(dtype), m.dense_weight).float()
     torch.testing.assert_close(got, want if not bias else want + m.bias, atol=0, rtol=0)
+
+
+def test_the_default_dense_copy_is_float32_without_bf16_hardware(monkeypatch):
+    """bf16 copies only where the CPU multiplies bf16 in hardware (torch's bf16 fallback measured 8x
+    slower than float32 on an AVX2-only host); decided from the instruction set."""
+    from augury.layers import quant_linear as ql
+
+    for bf16_hw, want in ((False, torch.float32), (True, torch.bfloat16)):
+        ql.cpu_dense_dtype.cache_clear()
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=bf16_hw: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        assert ql.cpu_dense_dtype() == want
+        m = Int4Linear.from_linear(nn.Linear(64, 32, bias=False), 32)
+        m.keep_dense_copy()
+        assert m.dense_weight.dtype == want
+    ql.cpu_dense_dtype.cache_clear()
 
 
 def test_keep_dense_copies_budget_and_lm_head():
@@ -304,7 +324,9 @@ def test_keep_dense_copies_budget_and_lm_head():
     model.add_module("proj", Int4Linear.from_linear(nn.Linear(64, 32), 32))
     model.add_module("lm_head", Int4Linear.from_linear(nn.Linear(64, 96), 32))
     assert keep_dense_copies(model, max_bytes=100) == 0 and model.proj.dense_weight is None
-    assert keep_dense_copies(model) == 32 * 64 * 2
+    assert keep_dense_copies(model, dtype=torch.bfloat16) == 32 * 64 * 2
+    assert keep_dense_copies(model, dtype=torch.float32) == 32 * 64 * 4
+    assert keep_dense_copies(model, max_bytes=32 * 64 * 3, dtype=torch.float32) == 0  # the budget counts 4 bytes
     assert model.proj.dense_weight is not None and model.lm_head.dense_weight is None
 
 
