@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels.h"
+
 #if defined(__AVX512F__)
 #define AUGURY_ATTN_AVX512 1
 #include <immintrin.h>
@@ -440,6 +442,10 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
     work(0, pairs);
 }
 
+}  // namespace
+
+namespace augury_cpu {
+
 // q [T, H, D]; k_pool, v_pool [S, Hkv, D]; gather_slots [B, W] int64; rows [T, 3] int32 (request,
 // lo, hi) -> [T, H, D] in q's dtype. `parallel`: split (row, KV head) pairs over torch's threads.
 at::Tensor paged_attention_rows(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
@@ -481,6 +487,10 @@ at::Tensor paged_attention_rows(const at::Tensor& q, const at::Tensor& k_pool, c
   return out;
 }
 
+}  // namespace augury_cpu
+
+namespace {
+
 // Which path this build takes for head dims it vectorizes: "avx512", "avx2" or "portable".
 std::string isa() {
 #if defined(AUGURY_ATTN_AVX512)
@@ -501,5 +511,5 @@ TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
-  m.impl("paged_attention_rows", &paged_attention_rows);
+  m.impl("paged_attention_rows", &augury_cpu::paged_attention_rows);
 }

@@ -1,64 +1,74 @@
 // One decoder layer (Llama-style pre-norm, or Gemma 3's sandwich norms) for few-row eager CPU steps, as one call.
 //
-// Why native: an eager decode step of SmolLM2 on 2 cores spends ~2.4 ms of its ~6.4 ms in Python
-// around ~15 small torch calls per layer (norm, four int4 products, rope, two K/V writes, attention,
-// chunk, SiLU, mul, two residual adds). This file runs the same calls, in the same order and with the
-// same casts as LlamaDecoderLayer.forward's eager CPU path (layers/norm.py, Int4Linear.forward,
-// layers/rope.py, layers/attention.py paged_attention -> native_rows_cpu), from C++: the same ATen
-// kernels and the same augury_cpu kernels, so the results are bitwise those of the Python path;
-// only the interpreter between them is gone. Callers check eligibility (layers/cpu_decode.py).
+// Why native: an eager decode step of SmolLM2 on 2 cores spent ~2.4 ms of its ~6.4 ms in Python around
+// ~15 small torch calls per layer; running those ATen calls from C++ still left ~20 dispatches and
+// allocations a layer (~90 us of a ~330 us layer on a 2-core AVX2 host). So this file calls augury's
+// kernels directly (kernels.h) and does the elementwise work (norm weights, rope, the K/V writes,
+// the residual adds, the gate product) in plain loops, each element with the same IEEE operations, in
+// the same order, as LlamaDecoderLayer.forward's eager CPU path (layers/norm.py, Int4Linear.forward,
+// layers/rope.py, layers/attention.py paged_attention -> native_rows_cpu, layers/mlp.py): one rounding
+// per multiply and per add (the library is built with -ffp-contract=off, so no FMA fuses them). The
+// activation (SiLU / GELU-tanh) stays ATen's own op on the same tensor view, as its vectorized exp
+// is not reproducible by hand. So the results are still bitwise those of the Python path (tested).
+// Float32 activations only (the CPU default); callers check eligibility (layers/cpu_decode.py).
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <vector>
+
+#include "kernels.h"
 
 namespace {
 
 using at::Tensor;
 
-Tensor int4_mm(const Tensor& x, const Tensor& packed, const Tensor& scales, int64_t group_size) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("augury_cpu::int4_mm", "")
-                       .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t)>();
-  return op.call(x, packed, scales, group_size);
+const float* fptr(const Tensor& t) { return t.data_ptr<float>(); }
+
+// RMSNorm's eager CPU path: rms_norm over rows of D, then Llama: weight * h; Gemma: h * (1 + weight)
+void norm_rows(const float* x, float* y, int64_t rows, int64_t D, const Tensor& weight, float eps, bool gemma) {
+  augury_cpu::rms_norm_rows(x, y, rows, D, eps);
+  const float* w = fptr(weight);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * D;
+    if (gemma)
+      for (int64_t i = 0; i < D; ++i) yr[i] = yr[i] * (1.0f + w[i]);
+    else
+      for (int64_t i = 0; i < D; ++i) yr[i] = w[i] * yr[i];
+  }
 }
 
-Tensor rms_norm_rows(const Tensor& x, double eps) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("augury_cpu::rms_norm", "")
-                       .typed<Tensor(const Tensor&, double)>();
-  return op.call(x, eps);
+Tensor normed(const Tensor& x, const Tensor& weight, float eps, bool gemma) {
+  auto y = at::empty_like(x);
+  norm_rows(fptr(x), y.data_ptr<float>(), x.size(0), x.size(1), weight, eps, gemma);
+  return y;
 }
 
-Tensor attention_rows(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const Tensor& gather_slots,
-                      const Tensor& rows, double scale, bool parallel) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("augury_cpu::paged_attention_rows", "")
-                       .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                     double, bool)>();
-  return op.call(q, k_pool, v_pool, gather_slots, rows, scale, parallel);
+// x * cos + roll(x, D/2) * sin_signed for one head row (layers/rope.py apply_rope)
+inline void rope_row(const float* x, const float* c, const float* s, int64_t D, float* out) {
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < D; ++i) {
+    const float a = x[i] * c[i];
+    const float b = x[i < half ? i + half : i - half] * s[i];
+    out[i] = a + b;
+  }
 }
 
-// RMSNorm's eager CPU path (layers/norm.py): rms_norm(x.float()) over the last dim, then
-// Llama: weight * h.to(x.dtype); Gemma: (h * (1 + weight.float())).to(x.dtype)
-Tensor norm(const Tensor& x, const Tensor& weight, double eps, bool gemma) {
-  auto h = rms_norm_rows(x.to(at::kFloat).reshape({-1, x.size(-1)}).contiguous(), eps).view(x.sizes());
-  if (gemma) return (h * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
-  return weight * h.to(x.scalar_type());
+template <typename PT>
+void store_row(const float* src, int64_t n, PT* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<PT>(src[i]);  // bf16: round to nearest even, as .to()
 }
 
-// Int4Linear.forward's plain 2-D path: the kernel on float32, cast back to x's dtype
-Tensor linear(const Tensor& x, const Tensor& packed, const Tensor& scales, int64_t group_size) {
-  return int4_mm(x.to(at::kFloat).contiguous(), packed, scales, group_size).to(x.scalar_type());
+void add_into(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-// h [T, hidden]; per linear (qkv, o, gate_up, down): packed, scales; cos/sin [T, 1, D];
-// pools [S, Hkv, D]; slot_mapping [T]; gather_slots/rows: the step's native attention plan.
-// Llama (models/llama.py): h += attn(norm_in(h)); h += mlp(norm_mlp(h)).
+// h [T, hidden] float32; per linear (qkv, o, gate_up, down): packed, scales; cos/sin [T, 1, D];
+// pools [S, Hkv, D] (float32 or bfloat16); slot_mapping [T]; gather_slots/rows: the step's native
+// attention plan. Llama (models/llama.py): h += attn(norm_in(h)); h += mlp(norm_mlp(h)).
 // Gemma 3 (models/gemma3.py, sandwich norms): h += norm_attn_out(attn(norm_in(h)));
-// h += norm_mlp_out(mlp(norm_mlp(h))). qk_norm: one RMSNorm over [T, H + Hkv, D] before rope.
+// h += norm_mlp_out(mlp(norm_mlp(h))). qk_norm: one RMSNorm over each q and k head before rope.
 // act: 0 SiLU, 1 GELU (tanh).
 Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& norm_mlp,
                           const c10::optional<Tensor>& norm_attn_out, const c10::optional<Tensor>& norm_mlp_out,
@@ -68,25 +78,75 @@ Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& 
                           int64_t group_size, const Tensor& cos, const Tensor& sin, Tensor k_pool, Tensor v_pool,
                           const Tensor& slot_mapping, const Tensor& gather_slots, const Tensor& rows, double scale,
                           bool parallel, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim) {
-  TORCH_CHECK(h.dim() == 2, "decoder_layer_rows: h must be [T, hidden]");
+  TORCH_CHECK(h.dim() == 2 && h.scalar_type() == at::kFloat && h.is_contiguous(),
+              "decoder_layer_rows: h must be [T, hidden] float32 contiguous");
   TORCH_CHECK(act == 0 || act == 1, "decoder_layer_rows: act 0 (SiLU) or 1 (GELU tanh)");
-  const int64_t T = h.size(0), H = num_heads, Hkv = num_kv_heads, D = head_dim;
+  const int64_t T = h.size(0), hid = h.size(1), H = num_heads, Hkv = num_kv_heads, D = head_dim;
+  const float ef = static_cast<float>(eps);
+  auto f32 = [](const Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
+  TORCH_CHECK(f32(norm_in) && f32(norm_mlp) && (!qk_norm || f32(*qk_norm)) &&
+                  (!norm_attn_out || f32(*norm_attn_out)) && (!norm_mlp_out || f32(*norm_mlp_out)),
+              "decoder_layer_rows: norm weights must be float32 contiguous");
+  TORCH_CHECK(f32(cos) && f32(sin) && cos.numel() == T * D && sin.numel() == T * D,
+              "decoder_layer_rows: cos/sin must be [T, 1, D] float32 contiguous");
+  TORCH_CHECK(k_pool.is_contiguous() && v_pool.is_contiguous() && k_pool.dim() == 3 && k_pool.size(1) == Hkv &&
+                  k_pool.size(2) == D && k_pool.sizes() == v_pool.sizes() &&
+                  k_pool.scalar_type() == v_pool.scalar_type() &&
+                  (k_pool.scalar_type() == at::kFloat || k_pool.scalar_type() == at::kBFloat16),
+              "decoder_layer_rows: pools must be [S, Hkv, D] float32 / bfloat16 contiguous");
+  auto slots = slot_mapping.to(at::kLong).contiguous();
+  TORCH_CHECK(slots.numel() == T, "decoder_layer_rows: one slot per row");
+  const int64_t* sl = slots.data_ptr<int64_t>();
+  const int64_t S = k_pool.size(0);
+  for (int64_t t = 0; t < T; ++t) TORCH_CHECK(sl[t] >= 0 && sl[t] < S, "decoder_layer_rows: slot ", sl[t], " outside the pool");
+
   // attention block (models/base.py AttentionBlock.attend)
-  auto qkv = linear(norm(h, norm_in, eps, gemma), qkv_p, qkv_s, group_size).view({T, H + 2 * Hkv, D});
-  auto qk = qkv.slice(1, 0, H + Hkv);
-  if (qk_norm.has_value()) qk = norm(qk, *qk_norm, eps, gemma);
-  qk = qk * cos + qk.roll({D / 2}, {-1}) * sin;  // layers/rope.py apply_rope
-  auto q = qk.slice(1, 0, H), k = qk.slice(1, H, H + Hkv), v = qkv.slice(1, H + Hkv, H + 2 * Hkv);
-  k_pool.index_copy_(0, slot_mapping, k.to(k_pool.scalar_type()));
-  v_pool.index_copy_(0, slot_mapping, v.to(v_pool.scalar_type()));
-  auto o = attention_rows(q.contiguous(), k_pool, v_pool, gather_slots, rows, scale, parallel);
-  auto a = linear(o.reshape({T, H * D}), o_p, o_s, group_size);
-  auto x = h + (norm_attn_out.has_value() ? norm(a, *norm_attn_out, eps, gemma) : a);
-  // MLP (layers/mlp.py GatedMLP)
-  auto gu = linear(norm(x, norm_mlp, eps, gemma), gu_p, gu_s, group_size).chunk(2, -1);
-  auto g = act == 0 ? at::silu(gu[0]) : at::gelu(gu[0], "tanh");
-  auto m = linear(g * gu[1], down_p, down_s, group_size);
-  return x + (norm_mlp_out.has_value() ? norm(m, *norm_mlp_out, eps, gemma) : m);
+  auto qkv = augury_cpu::int4_mm(normed(h, norm_in, ef, gemma), qkv_p, qkv_s, group_size);  // [T, (H + 2Hkv) D]
+  TORCH_CHECK(qkv.size(1) == (H + 2 * Hkv) * D, "decoder_layer_rows: qkv width");
+  float* qkvp = qkv.data_ptr<float>();
+  const int64_t W = (H + 2 * Hkv) * D;
+  if (qk_norm.has_value())  // q and k heads, in place (the module norms the [T, H + Hkv, D] slice)
+    for (int64_t t = 0; t < T; ++t) norm_rows(qkvp + t * W, qkvp + t * W, H + Hkv, D, *qk_norm, ef, gemma);
+  auto q = at::empty({T, H, D}, h.options());
+  float* qp = q.data_ptr<float>();
+  std::vector<float> krow(D);
+  const bool bf16_pool = k_pool.scalar_type() == at::kBFloat16;
+  for (int64_t t = 0; t < T; ++t) {
+    const float *c = fptr(cos) + t * D, *s = fptr(sin) + t * D, *row = qkvp + t * W;
+    for (int64_t j = 0; j < H; ++j) rope_row(row + j * D, c, s, D, qp + (t * H + j) * D);
+    for (int64_t j = 0; j < Hkv; ++j) {  // k rotated, v as is, into the pools' slot (index_copy_)
+      rope_row(row + (H + j) * D, c, s, D, krow.data());
+      const float* v = row + (H + Hkv + j) * D;
+      const int64_t off = (sl[t] * Hkv + j) * D;
+      if (bf16_pool) {
+        store_row(krow.data(), D, k_pool.data_ptr<at::BFloat16>() + off);
+        store_row(v, D, v_pool.data_ptr<at::BFloat16>() + off);
+      } else {
+        store_row(krow.data(), D, k_pool.data_ptr<float>() + off);
+        store_row(v, D, v_pool.data_ptr<float>() + off);
+      }
+    }
+  }
+  auto o = augury_cpu::paged_attention_rows(q, k_pool, v_pool, gather_slots, rows, scale, parallel);
+  auto a = augury_cpu::int4_mm(o.view({T, H * D}), o_p, o_s, group_size);
+  TORCH_CHECK(a.size(1) == hid, "decoder_layer_rows: o_proj width");
+  if (norm_attn_out.has_value()) a = normed(a, *norm_attn_out, ef, gemma);
+  auto x = at::empty_like(h);
+  add_into(fptr(h), fptr(a), x.data_ptr<float>(), T * hid);
+  // MLP (layers/mlp.py GatedMLP): act(gate) * up, gate and up the two halves of one product
+  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), gu_p, gu_s, group_size);
+  const int64_t I = gu.size(1) / 2;
+  auto g = act == 0 ? at::silu(gu.slice(1, 0, I)) : at::gelu(gu.slice(1, 0, I), "tanh");  // the module's view
+  TORCH_CHECK(g.is_contiguous(), "decoder_layer_rows: activation layout");
+  float* gp = g.data_ptr<float>();
+  const float* up = fptr(gu);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < I; ++i) gp[t * I + i] = gp[t * I + i] * up[t * 2 * I + I + i];
+  auto m = augury_cpu::int4_mm(g, down_p, down_s, group_size);
+  TORCH_CHECK(m.size(1) == hid, "decoder_layer_rows: down_proj width");
+  if (norm_mlp_out.has_value()) m = normed(m, *norm_mlp_out, ef, gemma);
+  add_into(fptr(x), fptr(m), x.data_ptr<float>(), T * hid);
+  return x;
 }
 
 }  // namespace

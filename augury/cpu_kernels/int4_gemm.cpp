@@ -28,6 +28,9 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
+
+#include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define AUGURY_VNNI 1
@@ -65,6 +68,32 @@ void quantize_row(const float* x, int64_t K, int8_t* qx, float* d, int32_t* S) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + b * kBlock), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
     S[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#elif defined(AUGURY_AVX2)
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 xv[4], a = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      xv[i] = _mm256_loadu_ps(xb + 8 * i);
+      a = _mm256_max_ps(a, _mm256_andnot_ps(sign, xv[i]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x55));
+    const float amax = _mm_cvtss_f32(h);  // a max is exact in any order: the portable path's value
+    float db = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m256i q[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {  // round to nearest even, |x * id| <= 127: no clamp needed
+      q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(xv[i], _mm256_set1_ps(id)));
+      sum = _mm256_add_epi32(sum, q[i]);
+    }
+    // int32 -> int8 in order: the packs interleave 128-bit lanes, the permute puts them back
+    __m256i p16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    p16 = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qx + b * kBlock), p16);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    S[b] = _mm_cvtsi128_si32(s4);
 #else
     float amax = 0.0f;
     for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
@@ -218,6 +247,10 @@ void tile_rows_scalar(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, i
   }
 }
 
+}  // namespace
+
+namespace augury_cpu {
+
 at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sz, int64_t group_size) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "int4_mm: x must be [M, K] float32 contiguous");
   TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == at::kByte && packed.size(2) == kBlockBytes && packed.is_contiguous(),
@@ -232,14 +265,19 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
   const int64_t N = T * kTile;
   auto y = at::empty({M, N}, x.options());
   if (M == 0) return y;
-  auto qx = at::empty({M, K}, x.options().dtype(at::kChar));
-  auto d = at::empty({M, K / kBlock}, x.options());
-  auto S = at::empty({M, K / kBlock}, x.options().dtype(at::kInt));
+  // the quantized activations: per-thread scratch, reused (a step makes ~120 of these calls)
+  thread_local std::vector<int8_t> qx;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int32_t> S;
+  qx.resize(M * K);
+  d.resize(M * (K / kBlock));
+  S.resize(M * (K / kBlock));
   const float* xp = x.data_ptr<float>();
-  int8_t* qxp = qx.data_ptr<int8_t>();
-  float* dp = d.data_ptr<float>();
-  int32_t* Sp = S.data_ptr<int32_t>();
-  for (int64_t r = 0; r < M; ++r) quantize_row(xp + r * K, K, qxp + r * K, dp + r * (K / kBlock), Sp + r * (K / kBlock));
+  const int8_t* qxp = qx.data();
+  const float* dp = d.data();
+  const int32_t* Sp = S.data();
+  for (int64_t r = 0; r < M; ++r)
+    quantize_row(xp + r * K, K, qx.data() + r * K, d.data() + r * (K / kBlock), S.data() + r * (K / kBlock));
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const uint16_t* szp = reinterpret_cast<const uint16_t*>(sz.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
@@ -266,6 +304,10 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
   });
   return y;
 }
+
+}  // namespace augury_cpu
+
+namespace {
 
 bool has_vnni() {
 #ifdef AUGURY_VNNI
@@ -295,7 +337,7 @@ TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
-  m.impl("int4_mm", &int4_mm);
+  m.impl("int4_mm", &augury_cpu::int4_mm);
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CompositeExplicitAutograd, m) {

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels.h"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -40,24 +42,29 @@ void norm_row(const float* x, float* y, int64_t D, float eps) {
   for (; i < D; ++i) y[i] = x[i] * r;
 }
 
+}  // namespace
+
+namespace augury_cpu {
+
+void rms_norm_rows(const float* x, float* y, int64_t rows, int64_t D, float eps) {
+  // one thread: a decode step's rows are a few kilobytes, less than a parallel region costs
+  for (int64_t r = 0; r < rows; ++r) norm_row(x + r * D, y + r * D, D, eps);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, double eps) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
               "rms_norm: x must be [rows, D] float32 contiguous");
   auto y = at::empty_like(x);
-  const int64_t R = x.size(0), D = x.size(1);
-  const float* xp = x.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  // one thread: a decode step's rows are a few kilobytes, less than a parallel region costs
-  for (int64_t r = 0; r < R; ++r) norm_row(xp + r * D, yp + r * D, D, static_cast<float>(eps));
+  rms_norm_rows(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), x.size(1), static_cast<float>(eps));
   return y;
 }
 
-}  // namespace
+}  // namespace augury_cpu
 
 TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
   m.def("rms_norm(Tensor x, float eps) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
-  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm", &augury_cpu::rms_norm);
 }

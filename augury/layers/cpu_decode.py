@@ -1,12 +1,13 @@
 """A decoder layer of a few-row eager CPU step as one native call (Llama-style and Gemma 3 layers).
 
 Eager CPU decode spends about as long in Python between ~15 small calls per layer as in the int4
-products themselves. `augury_cpu::decoder_layer_rows` (cpu_kernels/decoder_layer.cpp) makes the same
-calls, in the same order and with the same casts, from C++, so its results are bitwise those of the
-modules' own forward (tested). Used where that forward would run augury's native kernels throughout:
-int4 weights on the native kernel (no bias, no padding), RMSNorms of one eps, SiLU or GELU-tanh, plain
-pools, no softcap, and steps of at most MAX_ROWS_WINDOW rows per request (decodes, verify windows, small
-batches); everything else, and torch.compile traces, take the modules. `AUGURY_CPU_LAYER=0` turns it off.
+products themselves. `augury_cpu::decoder_layer_rows` (cpu_kernels/decoder_layer.cpp) calls augury's
+kernels directly and does the elementwise steps in loops with the same operations in the same order,
+so its results are bitwise those of the modules' own forward (tested). Used where that forward would
+run augury's native kernels throughout: float32 activations, int4 weights on the native kernel (no
+bias, no padding), RMSNorms of one eps, SiLU or GELU-tanh, plain pools, no softcap, and steps of at
+most MAX_ROWS_WINDOW rows per request (decodes, verify windows, small batches); everything else, and
+torch.compile traces, take the modules. `AUGURY_CPU_LAYER=0` turns it off.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def _structure(layer: nn.Module) -> float:
 def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
     if not (_ENV_ON if FORCE is None else FORCE):
         return False
-    if h.device.type != "cpu" or h.dim() != 2 or torch.compiler.is_compiling() or not load():
+    if h.device.type != "cpu" or h.dim() != 2 or h.dtype != torch.float32 or torch.compiler.is_compiling() \
+            or not load():
         return False
     return (h.shape[0] < _rows_allowed(layer) and gmeta.max_q <= attn_mod.MAX_ROWS_WINDOW
             and attn_mod.native_cpu_attention() and native_attn.supports(h, k_pool))
