@@ -32,6 +32,7 @@ FORCE: bool | None = None  # tests: False turns the path off
 # per layer, the most rows its modules let the native call take (0: never); see _rows_allowed
 _ALLOWED: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
 _ACT = {"silu": 0, "gelu_tanh": 1}  # decoder_layer.cpp's activation codes
+_CONSTS: weakref.WeakKeyDictionary[nn.Module, tuple] = weakref.WeakKeyDictionary()
 
 
 def _norms(layer: nn.Module) -> tuple[list, nn.Module | None]:
@@ -83,19 +84,32 @@ def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
             and attn_mod.native_cpu_attention() and native_attn.supports(h, k_pool))
 
 
+def _constants(layer: nn.Module) -> tuple[tuple, tuple]:
+    """The op's per-layer arguments that never change (weights, eps, shapes), before and after the
+    per-step ones; built once per layer (a step passes ~30 arguments per layer)."""
+    got = _CONSTS.get(layer)
+    if got is None or got[0][8] is not layer.self_attn.qkv_proj.packed:  # a device move repacks the weights
+        attn, mlp = layer.self_attn, layer.mlp
+        (n_in, n_mlp, n_attn_out, n_mlp_out), qk = _norms(layer)
+        w = [None if n is None else n.weight for n in (n_attn_out, n_mlp_out, qk)]
+        qkv, o, gu, down = attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj
+        pre = (n_in.weight, n_mlp.weight, w[0], w[1], w[2], n_in.eps, n_in.gemma_style, _ACT[mlp.act_name],
+               qkv.packed, qkv.native_scales, o.packed, o.native_scales, gu.packed, gu.native_scales,
+               down.packed, down.native_scales, qkv.group_size)
+        post = (attn.num_heads, attn.num_kv_heads, attn.head_dim)
+        got = _CONSTS[layer] = (pre, post)
+    return got
+
+
 def layer_rows(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
     """h [T, hidden] -> [T, hidden]; `eligible` must hold."""
-    attn, mlp = layer.self_attn, layer.mlp
     plan = getattr(gmeta, "_native_plan", None)  # made once per step, shared by the layers
     if plan is None:
+        attn = layer.self_attn
         plan = native_attn.make_plan(gmeta.mask, gmeta.out_index, gmeta.dense, attn.num_heads, attn.head_dim)
         gmeta._native_plan = plan
-    (n_in, n_mlp, n_attn_out, n_mlp_out), qk = _norms(layer)
-    w = [None if n is None else n.weight for n in (n_attn_out, n_mlp_out, qk)]
-    qkv, o, gu, down = attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj
+    pre, post = _constants(layer)
     cos, sin = rope
-    return torch.ops.augury_cpu.decoder_layer_rows(
-        h, n_in.weight, n_mlp.weight, w[0], w[1], w[2], n_in.eps, n_in.gemma_style, _ACT[mlp.act_name],
-        qkv.packed, qkv.native_scales, o.packed, o.native_scales, gu.packed, gu.native_scales,
-        down.packed, down.native_scales, qkv.group_size, cos, sin, k_pool, v_pool, gmeta.slot_mapping,
-        gmeta.gather_slots, plan.rows, attn.scale, plan.parallel, attn.num_heads, attn.num_kv_heads, attn.head_dim)
+    return torch.ops.augury_cpu.decoder_layer_rows.default(
+        h, *pre, cos, sin, k_pool, v_pool, gmeta.slot_mapping, gmeta.gather_slots, plan.rows,
+        layer.self_attn.scale, plan.parallel, *post)
