@@ -55,15 +55,17 @@ def test_decode_and_batches_are_bitwise_the_modules(engine):
     assert calls.get(True, 0) > 0 and calls.get(False, 0) == 0
 
 
-def test_layer_output_is_bitwise_the_modules_forward(engine):
-    """One layer, a 3-row step over a real pool: the native call equals the module forward exactly."""
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
+def test_layer_output_is_bitwise_the_modules_forward(engine, pool_dtype):
+    """One layer, a 3-row step over a real pool: the native call equals the module forward exactly
+    (bf16 pools too: the K/V rows are rounded to nearest even, as the module's `.to()` does)."""
     from augury.layers.attention import SeqSpec, build_attention_metadata
 
     model = engine.loaded.model
     layer = model.layers[0]
     pool = engine.pool
     bs = engine.blocks.block_size
-    kv = pool.k[0].clone(), pool.v[0].clone()
+    kv = pool.k[0].to(pool_dtype), pool.v[0].to(pool_dtype)
     meta = build_attention_metadata([SeqSpec(5, 3, {"full": [1]}), SeqSpec(0, 1, {"full": [2]})], bs,
                                     {"full": None}, torch.device("cpu"))
     gm = meta.groups["full"]
