@@ -31,6 +31,7 @@ INT8_DENSE_MIN_ROWS = 16
 # Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; a dense copy of the weight
 # through the dense matmul is ~3x faster at prefill sizes (512 rows) and ~1.6x at 16 (SmolLM2 shapes)
 INT4_DENSE_MIN_ROWS = 16
+_DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +43,6 @@ def cpu_dense_dtype() -> torch.dtype:
     Decided from the instruction set, never from a timing, so a machine always gets the same numbers."""
     bf16_hw = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.bfloat16 if bf16_hw else torch.float32
-_DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 
 
 def _round_up(n: int, m: int) -> int:
