@@ -14,7 +14,9 @@
 // own keys in order and L. The reduction orders are fixed functions of L (blocks of 16 keys
 // counted from the row's first key; a dot product's lanes summed by a fixed tree), never of T,
 // of the row's place in the call, of other rows, of where lo sits in gather_slots, or of the
-// thread split (one pair is computed by one thread, start to end). So a verify-window row gets
+// thread split (one pair is computed by one thread, start to end; on the AVX2 path the unit is one
+// (row, query head), whose arithmetic does not depend on the heads computed beside it, so a split
+// may cut a row's heads anywhere). So a verify-window row gets
 // the bits a lone one-token decode step gets for it, and speculative decoding stays exactly plain
 // greedy. Slots outside [lo, hi) are never read, so garbage (NaN) past a request's range cannot
 // leak into it.
@@ -344,18 +346,44 @@ void pv_heads8(const float* s, int rep, int64_t Lp, int64_t j0, int64_t j1, cons
   if (rep - r == 1) pv_tile8<1, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
 }
 
-// s holds rep rows of Lp = L rounded up to 8 floats. Keys are walked in blocks small enough to stay
-// in L1 while every head (pass 1) and every column slice (pass 3) reads them, so each K and V row
-// comes from L2 / memory once per pair, not once per head or slice.
+// Software prefetch of whole pool slots [j0, j1) (every KV head's K or V row of each key: `bytes`
+// contiguous bytes a slot). A decode step finds the pools cold (the layer's weights streamed through
+// the caches since the last step), and a head's rows alone are a strided pattern the hardware
+// prefetchers follow poorly.
+inline void prefetch_slots(const char* base, const int64_t* slots, int64_t j0, int64_t j1, int64_t slot_bytes,
+                           int64_t bytes) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* row = base + slots[j] * slot_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+  }
+}
+
+// Query heads [h0, h1) of one query row (head h reads KV head h / rep): the three passes of each
+// head, with the loops over keys outermost, so each key's K (pass 1) and V (pass 3) rows of all the
+// KV heads read (contiguous in its slot) are read together, once. A head's own arithmetic does not
+// depend on which other heads share the call: its bits are those of a lone head (so any split of a
+// row's heads over threads gives the same bits). q: the row's H heads; s: (h1 - h0) rows of Lp = L
+// rounded up to 8 floats; lsum, out: (h1 - h0) entries / rows. Pass 3 walks keys in blocks that stay
+// in L2 while every head and column slice reads them.
 template <typename KT>
-void pair_avx2(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, const int64_t* slots, int64_t L,
-               int64_t slot_stride, float scale, __m256i perm, float* s, float* lsum, float* out) {
-  const int64_t Lp = (L + 7) / 8 * 8;
+void heads_avx2(const float* q, int64_t h0, int64_t h1, int rep, int64_t D, const KT* kp, const KT* vp,
+                const int64_t* slots, int64_t L, int64_t slot_stride, float scale, __m256i perm, float* s,
+                float* lsum, float* out) {
+  const int64_t Lp = (L + 7) / 8 * 8, NH = h1 - h0, g0 = h0 / rep, g1 = (h1 - 1) / rep + 1;
   const __m256 vscale = _mm256_set1_ps(scale);
-  for (int64_t j0 = 0; j0 < L; j0 += 8)
-    for (int r = 0; r < rep; ++r) score_block8(q + r * D, D, kp, slots, j0, L, slot_stride, vscale, perm, s + r * Lp);
-  for (int r = 0; r < rep; ++r) {  // pass 2: max, exp, sum in 8-lane chunks from the row's first key
-    float* sr = s + r * Lp;
+  const int64_t esz = static_cast<int64_t>(sizeof(KT)), slot_bytes = slot_stride * esz, span = (g1 - g0) * D * esz;
+  const char *kb = reinterpret_cast<const char*>(kp + g0 * D), *vb = reinterpret_cast<const char*>(vp + g0 * D);
+  prefetch_slots(kb, slots, 0, std::min<int64_t>(L, 16), slot_bytes, span);
+  for (int64_t j0 = 0; j0 < L; j0 += 8) {
+    prefetch_slots(kb, slots, std::min(L, j0 + 16), std::min(L, j0 + 24), slot_bytes, span);
+    for (int64_t h = h0; h < h1; ++h)
+      score_block8(q + h * D, D, kp + (h / rep) * D, slots, j0, L, slot_stride, vscale, perm, s + (h - h0) * Lp);
+  }
+  // ~32 KiB of V slots per block
+  const int64_t JB = std::max<int64_t>(8, 32768 / span);
+  prefetch_slots(vb, slots, 0, std::min(L, JB), slot_bytes, span);
+  for (int64_t i = 0; i < NH; ++i) {  // pass 2: max, exp, sum in 8-lane chunks from the row's first key
+    float* sr = s + i * Lp;
     __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < Lp; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(sr + j));
     const __m256 m = _mm256_set1_ps(reduce8(vm, true));
@@ -365,21 +393,25 @@ void pair_avx2(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, c
       _mm256_storeu_ps(sr + j, p);
       vl = _mm256_add_ps(vl, p);
     }
-    lsum[r] = reduce8(vl, false);
+    lsum[i] = reduce8(vl, false);
   }
-  std::fill(out, out + rep * D, 0.f);
-  // ~16 KiB of V rows per block
-  const int64_t JB = std::max<int64_t>(8, 16384 / (D * static_cast<int64_t>(sizeof(KT))));
+  std::fill(out, out + NH * D, 0.f);
   for (int64_t j0 = 0; j0 < L; j0 += JB) {
     const int64_t j1 = std::min(L, j0 + JB);
-    int64_t d0 = 0;
-    for (; d0 + 16 <= D; d0 += 16) pv_heads8<2>(s, rep, Lp, j0, j1, vp, slots, slot_stride, d0, out, D);
-    for (; d0 < D; d0 += 8) pv_heads8<1>(s, rep, Lp, j0, j1, vp, slots, slot_stride, d0, out, D);
+    prefetch_slots(vb, slots, j1, std::min(L, j1 + JB), slot_bytes, span);
+    for (int64_t g = g0; g < g1; ++g) {  // this KV head's query heads among [h0, h1)
+      const int64_t a = std::max(h0, g * rep) - h0, n = std::min(h1, (g + 1) * rep) - h0 - a;
+      int64_t d0 = 0;
+      for (; d0 + 16 <= D; d0 += 16)
+        pv_heads8<2>(s + a * Lp, static_cast<int>(n), Lp, j0, j1, vp + g * D, slots, slot_stride, d0, out + a * D, D);
+      for (; d0 < D; d0 += 8)
+        pv_heads8<1>(s + a * Lp, static_cast<int>(n), Lp, j0, j1, vp + g * D, slots, slot_stride, d0, out + a * D, D);
+    }
   }
-  for (int r = 0; r < rep; ++r) {
-    const __m256 vl = _mm256_set1_ps(lsum[r]);
+  for (int64_t i = 0; i < NH; ++i) {
+    const __m256 vl = _mm256_set1_ps(lsum[i]);
     for (int64_t d = 0; d < D; d += 8)
-      _mm256_storeu_ps(out + r * D + d, _mm256_div_ps(_mm256_loadu_ps(out + r * D + d), vl));
+      _mm256_storeu_ps(out + i * D + d, _mm256_div_ps(_mm256_loadu_ps(out + i * D + d), vl));
   }
 }
 #endif  // AUGURY_ATTN_AVX2
@@ -412,6 +444,29 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
   static const __m256i perm8 = key_order8();
   const bool vec = D % 8 == 0;
 #endif
+#ifdef AUGURY_ATTN_AVX2
+  if (vec) {  // the unit is one (row, query head); a thread takes a run of them (see heads_avx2)
+    auto heads_work = [&](int64_t u0, int64_t u1) {
+      std::vector<float> buf;
+      for (int64_t t = u0 / H; t * H < u1; ++t) {
+        const int64_t h0 = std::max(u0, t * H) - t * H, h1 = std::min(u1, (t + 1) * H) - t * H, NH = h1 - h0;
+        const int64_t b = rd[3 * t], lo = rd[3 * t + 1], L = rd[3 * t + 2] - lo;
+        const int64_t need = H * D + NH * D + NH + NH * ((L + 7) / 8 * 8);
+        if (static_cast<int64_t>(buf.size()) < need) buf.resize(need);
+        float *qf = buf.data(), *of = qf + H * D, *lsum = of + NH * D, *s = lsum + NH;
+        load_q(qd + t * H * D, H * D, qf);
+        heads_avx2(qf, h0, h1, rep, D, kd, vd, gd + b * W + lo, L, slot_stride, static_cast<float>(scale), perm8, s,
+                   lsum, of);
+        store_o(of, NH * D, od + (t * H + h0) * D);
+      }
+    };
+    if (parallel && T * H > 1)
+      at::parallel_for(0, T * H, 1, heads_work);  // any split: a head's bits do not depend on it
+    else
+      heads_work(0, T * H);
+    return;
+  }
+#endif
   auto work = [&](int64_t p0, int64_t p1) {
     std::vector<float> buf;
     for (int64_t p = p0; p < p1; ++p) {
@@ -425,10 +480,6 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
 #ifdef AUGURY_ATTN_AVX512
       if (vec)
         pair_avx512(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), perm, s, lsum, of);
-      else
-#elif defined(AUGURY_ATTN_AVX2)
-      if (vec)
-        pair_avx2(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), perm8, s, lsum, of);
       else
 #endif
         pair_scalar(qf, rep, D, kd + g * D, vd + g * D, slots, L, slot_stride, static_cast<float>(scale), s, of);

@@ -17,13 +17,16 @@ import torch
 
 DTYPES = (torch.float32, torch.bfloat16)
 
-# Split (row, KV head) pairs over torch's threads when a call has at least this much work (sum over
-# rows of keys x query heads x head dim), or never when None. Measured on 2 Zen 4 cores shared with
-# another job: 2 threads took 4 rows x 150 keys from 20 to 13 us on a quiet moment, and 11 rows x
-# 150 keys from 50 us to 12 ms when the other job ran (a barrier waiting out a time slice, as
-# SINGLE_THREADED in layers/attention_decode_cpu.py describes). A layer's attention is a few tens
-# of microseconds: not worth that risk, so one thread. The result is bitwise the same either way.
-PARALLEL_MIN_WORK: int | None = None
+# Split the call's (row, query head) units over torch's threads when a call has at least this much
+# work (sum over rows of keys x query heads x head dim), or never when None. A decode step finds the
+# KV pools cold (the layer's weights streamed through the caches since the last step), so a layer's
+# attention is memory-latency bound on one thread: a second thread keeping its own misses in flight
+# took SmolLM2's 30 layers at 256 keys (float32 pools, 2-core AVX2 host) from ~129 to ~97 us a layer,
+# and decode from 72 to 76 tok/s (medians of 4, alternating in one process). Below ~64 keys a layer's
+# attention is a few microseconds and the barrier is not worth it. The risk, as for the int4
+# products' own split: a thread descheduled by another job on the same cores makes the barrier wait
+# out its time slice (measured earlier: 50 us -> 12 ms). The result is bitwise the same either way.
+PARALLEL_MIN_WORK: int | None = 32768
 
 
 @dataclass

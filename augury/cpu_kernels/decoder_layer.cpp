@@ -64,25 +64,36 @@ void add_into(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+// One layer's constant arguments (weights, norms, shapes): what the per-layer op takes on each call
+// and what a LayerStack holds once.
+struct LayerArgs {
+  Tensor norm_in, norm_mlp;
+  c10::optional<Tensor> norm_attn_out, norm_mlp_out, qk_norm;
+  double eps;
+  bool gemma;
+  int64_t act;
+  Tensor qkv_p, qkv_s, o_p, o_s, gu_p, gu_s, down_p, down_s;
+  int64_t group_size, num_heads, num_kv_heads, head_dim;
+};
+
 // h [T, hidden] float32; per linear (qkv, o, gate_up, down): packed, scales; cos/sin [T, 1, D];
 // pools [S, Hkv, D] (float32 or bfloat16); slot_mapping [T]; gather_slots/rows: the step's native
 // attention plan. Llama (models/llama.py): h += attn(norm_in(h)); h += mlp(norm_mlp(h)).
 // Gemma 3 (models/gemma3.py, sandwich norms): h += norm_attn_out(attn(norm_in(h)));
 // h += norm_mlp_out(mlp(norm_mlp(h))). qk_norm: one RMSNorm over each q and k head before rope.
 // act: 0 SiLU, 1 GELU (tanh).
-Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& norm_mlp,
-                          const c10::optional<Tensor>& norm_attn_out, const c10::optional<Tensor>& norm_mlp_out,
-                          const c10::optional<Tensor>& qk_norm, double eps, bool gemma, int64_t act,
-                          const Tensor& qkv_p, const Tensor& qkv_s, const Tensor& o_p, const Tensor& o_s,
-                          const Tensor& gu_p, const Tensor& gu_s, const Tensor& down_p, const Tensor& down_s,
-                          int64_t group_size, const Tensor& cos, const Tensor& sin, Tensor k_pool, Tensor v_pool,
-                          const Tensor& slot_mapping, const Tensor& gather_slots, const Tensor& rows, double scale,
-                          bool parallel, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim) {
+Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, const Tensor& sin, Tensor k_pool,
+                     Tensor v_pool, const Tensor& slot_mapping, const Tensor& gather_slots, const Tensor& rows,
+                     double scale, bool parallel) {
+  const auto &norm_in = A.norm_in, &norm_mlp = A.norm_mlp;
+  const auto &norm_attn_out = A.norm_attn_out, &norm_mlp_out = A.norm_mlp_out, &qk_norm = A.qk_norm;
+  const bool gemma = A.gemma;
+  const int64_t act = A.act, group_size = A.group_size;
   TORCH_CHECK(h.dim() == 2 && h.scalar_type() == at::kFloat && h.is_contiguous(),
               "decoder_layer_rows: h must be [T, hidden] float32 contiguous");
   TORCH_CHECK(act == 0 || act == 1, "decoder_layer_rows: act 0 (SiLU) or 1 (GELU tanh)");
-  const int64_t T = h.size(0), hid = h.size(1), H = num_heads, Hkv = num_kv_heads, D = head_dim;
-  const float ef = static_cast<float>(eps);
+  const int64_t T = h.size(0), hid = h.size(1), H = A.num_heads, Hkv = A.num_kv_heads, D = A.head_dim;
+  const float ef = static_cast<float>(A.eps);
   auto f32 = [](const Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
   TORCH_CHECK(f32(norm_in) && f32(norm_mlp) && (!qk_norm || f32(*qk_norm)) &&
                   (!norm_attn_out || f32(*norm_attn_out)) && (!norm_mlp_out || f32(*norm_mlp_out)),
@@ -101,7 +112,7 @@ Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& 
   for (int64_t t = 0; t < T; ++t) TORCH_CHECK(sl[t] >= 0 && sl[t] < S, "decoder_layer_rows: slot ", sl[t], " outside the pool");
 
   // attention block (models/base.py AttentionBlock.attend)
-  auto qkv = augury_cpu::int4_mm(normed(h, norm_in, ef, gemma), qkv_p, qkv_s, group_size);  // [T, (H + 2Hkv) D]
+  auto qkv = augury_cpu::int4_mm(normed(h, norm_in, ef, gemma), A.qkv_p, A.qkv_s, group_size);  // [T, (H + 2Hkv) D]
   TORCH_CHECK(qkv.size(1) == (H + 2 * Hkv) * D, "decoder_layer_rows: qkv width");
   float* qkvp = qkv.data_ptr<float>();
   const int64_t W = (H + 2 * Hkv) * D;
@@ -128,13 +139,13 @@ Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& 
     }
   }
   auto o = augury_cpu::paged_attention_rows(q, k_pool, v_pool, gather_slots, rows, scale, parallel);
-  auto a = augury_cpu::int4_mm(o.view({T, H * D}), o_p, o_s, group_size);
+  auto a = augury_cpu::int4_mm(o.view({T, H * D}), A.o_p, A.o_s, group_size);
   TORCH_CHECK(a.size(1) == hid, "decoder_layer_rows: o_proj width");
   if (norm_attn_out.has_value()) a = normed(a, *norm_attn_out, ef, gemma);
   auto x = at::empty_like(h);
   add_into(fptr(h), fptr(a), x.data_ptr<float>(), T * hid);
   // MLP (layers/mlp.py GatedMLP): act(gate) * up, gate and up the two halves of one product
-  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), gu_p, gu_s, group_size);
+  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), A.gu_p, A.gu_s, group_size);
   const int64_t I = gu.size(1) / 2;
   auto g = act == 0 ? at::silu(gu.slice(1, 0, I)) : at::gelu(gu.slice(1, 0, I), "tanh");  // the module's view
   TORCH_CHECK(g.is_contiguous(), "decoder_layer_rows: activation layout");
@@ -142,23 +153,87 @@ Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& 
   const float* up = fptr(gu);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < I; ++i) gp[t * I + i] = gp[t * I + i] * up[t * 2 * I + I + i];
-  auto m = augury_cpu::int4_mm(g, down_p, down_s, group_size);
+  auto m = augury_cpu::int4_mm(g, A.down_p, A.down_s, group_size);
   TORCH_CHECK(m.size(1) == hid, "decoder_layer_rows: down_proj width");
   if (norm_mlp_out.has_value()) m = normed(m, *norm_mlp_out, ef, gemma);
   add_into(fptr(x), fptr(m), x.data_ptr<float>(), T * hid);
   return x;
 }
 
+Tensor decoder_layer_rows(const Tensor& h, const Tensor& norm_in, const Tensor& norm_mlp,
+                          const c10::optional<Tensor>& norm_attn_out, const c10::optional<Tensor>& norm_mlp_out,
+                          const c10::optional<Tensor>& qk_norm, double eps, bool gemma, int64_t act,
+                          const Tensor& qkv_p, const Tensor& qkv_s, const Tensor& o_p, const Tensor& o_s,
+                          const Tensor& gu_p, const Tensor& gu_s, const Tensor& down_p, const Tensor& down_s,
+                          int64_t group_size, const Tensor& cos, const Tensor& sin, Tensor k_pool, Tensor v_pool,
+                          const Tensor& slot_mapping, const Tensor& gather_slots, const Tensor& rows, double scale,
+                          bool parallel, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim) {
+  const LayerArgs A{norm_in, norm_mlp, norm_attn_out, norm_mlp_out, qk_norm, eps, gemma, act, qkv_p, qkv_s, o_p, o_s,
+                    gu_p, gu_s, down_p, down_s, group_size, num_heads, num_kv_heads, head_dim};
+  return layer_forward(A, h, cos, sin, k_pool, v_pool, slot_mapping, gather_slots, rows, scale, parallel);
+}
+
+// A model's layers, held once (layers/cpu_decode.py builds one per model), so a step runs them all
+// in one call: a per-layer call from Python costs ~50 us on a decode step (its objects come back
+// cold from memory, the layers' weights having streamed through the caches since).
+struct LayerStack : torch::CustomClassHolder {
+  struct Entry {
+    LayerArgs args;
+    double scale;
+    int64_t rope, group;  // indices into the step's rope / KV-group lists
+  };
+  std::vector<Entry> layers;
+
+  void add(const Tensor& norm_in, const Tensor& norm_mlp, const c10::optional<Tensor>& norm_attn_out,
+           const c10::optional<Tensor>& norm_mlp_out, const c10::optional<Tensor>& qk_norm, double eps, bool gemma,
+           int64_t act, const Tensor& qkv_p, const Tensor& qkv_s, const Tensor& o_p, const Tensor& o_s,
+           const Tensor& gu_p, const Tensor& gu_s, const Tensor& down_p, const Tensor& down_s, int64_t group_size,
+           int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scale, int64_t rope, int64_t group) {
+    layers.push_back({{norm_in, norm_mlp, norm_attn_out, norm_mlp_out, qk_norm, eps, gemma, act, qkv_p, qkv_s, o_p, o_s,
+                       gu_p, gu_s, down_p, down_s, group_size, num_heads, num_kv_heads, head_dim},
+                      scale, rope, group});
+  }
+  int64_t size() const { return static_cast<int64_t>(layers.size()); }
+};
+
+// Layers [0, n) of the stack on h. Per rope r: cos[r], sin[r]; per KV group g: slot_mappings[g],
+// gather_slots[g], rows[g], parallel[g]; per layer i: k_pools[i], v_pools[i].
+Tensor decoder_stack_rows(const c10::intrusive_ptr<LayerStack>& stack, const Tensor& h, int64_t n,
+                          at::TensorList cos, at::TensorList sin, at::TensorList k_pools, at::TensorList v_pools,
+                          at::TensorList slot_mappings, at::TensorList gather_slots, at::TensorList rows,
+                          at::IntArrayRef parallel) {
+  TORCH_CHECK(n >= 0 && n <= stack->size() && static_cast<int64_t>(k_pools.size()) >= n &&
+                  static_cast<int64_t>(v_pools.size()) >= n, "decoder_stack_rows: ", n, " layers of ", stack->size());
+  const auto G = static_cast<int64_t>(slot_mappings.size()), R = static_cast<int64_t>(cos.size());
+  TORCH_CHECK(static_cast<int64_t>(gather_slots.size()) == G && static_cast<int64_t>(rows.size()) == G &&
+                  static_cast<int64_t>(parallel.size()) == G && static_cast<int64_t>(sin.size()) == R,
+              "decoder_stack_rows: one slot mapping, gather, row plan and flag per KV group; cos and sin per rope");
+  Tensor x = h;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& e = stack->layers[i];
+    TORCH_CHECK(e.rope >= 0 && e.rope < R && e.group >= 0 && e.group < G, "decoder_stack_rows: layer ", i,
+                " names a rope or KV group the call lacks");
+    x = layer_forward(e.args, x, cos[e.rope], sin[e.rope], k_pools[i], v_pools[i], slot_mappings[e.group],
+                      gather_slots[e.group], rows[e.group], e.scale, parallel[e.group] != 0);
+  }
+  return x;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
+  m.class_<LayerStack>("LayerStack").def(torch::init<>()).def("add", &LayerStack::add).def("size", &LayerStack::size);
   m.def("decoder_layer_rows(Tensor h, Tensor norm_in, Tensor norm_mlp, Tensor? norm_attn_out, Tensor? norm_mlp_out, "
         "Tensor? qk_norm, float eps, bool gemma, int act, Tensor qkv_p, Tensor qkv_s, Tensor o_p, Tensor o_s, "
         "Tensor gu_p, Tensor gu_s, Tensor down_p, Tensor down_s, int group_size, Tensor cos, Tensor sin, "
         "Tensor(a!) k_pool, Tensor(b!) v_pool, Tensor slot_mapping, Tensor gather_slots, Tensor rows, float scale, "
         "bool parallel, int num_heads, int num_kv_heads, int head_dim) -> Tensor");
+  m.def("decoder_stack_rows(__torch__.torch.classes.augury_cpu.LayerStack stack, Tensor h, int n, Tensor[] cos, "
+        "Tensor[] sin, Tensor(a!)[] k_pools, Tensor(b!)[] v_pools, Tensor[] slot_mappings, Tensor[] gather_slots, "
+        "Tensor[] rows, int[] parallel) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
   m.impl("decoder_layer_rows", &decoder_layer_rows);
+  m.impl("decoder_stack_rows", &decoder_stack_rows);
 }

@@ -23,10 +23,13 @@ from augury.cpu_kernels import attention as native_attn
 from augury.cpu_kernels import load
 from augury.layers import attention as attn_mod
 from augury.layers.norm import RMSNorm
+from augury.layers import quant_linear
 from augury.layers.quant_linear import Int4Linear
 
 _ENV_ON = os.environ.get("AUGURY_CPU_LAYER", "1") != "0"
 FORCE: bool | None = None  # tests: False turns the path off
+# one native call per step for all layers (run_stack); False: one per layer (AUGURY_CPU_STACK=0, tests)
+STACK: bool = os.environ.get("AUGURY_CPU_STACK", "1") != "0"
 
 
 # per layer, the most rows its modules let the native call take (0: never); see _rows_allowed
@@ -115,3 +118,81 @@ def layer_rows(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -
     return torch.ops.augury_cpu.decoder_layer_rows.default(
         h, *pre, cos, sin, k_pool, v_pool, gmeta.slot_mapping, gmeta.gather_slots, plan.rows,
         layer.self_attn.scale, plan.parallel, *post)
+
+
+# per model: its native LayerStack and what it was built from; see _stack
+_STACK: weakref.WeakKeyDictionary[nn.Module, "_Stack | None"] = weakref.WeakKeyDictionary()
+
+
+class _Stack:
+    """A model's layers as one `augury_cpu::LayerStack` (decoder_layer.cpp), for `run_stack`."""
+
+    def __init__(self, model: nn.Module):
+        layers = list(model.layers)
+        self.generation = quant_linear.PACK_GENERATION
+        self.allowed = min(_rows_allowed(l) for l in layers)  # rows below which every layer may run natively
+        self.windows = [l.self_attn.window for l in layers]
+        self.groups = ["sliding" if w is not None else "full" for w in self.windows]  # CausalLM.kv_group_of_layer
+        self.group_names = sorted(set(self.groups))
+        self.rope_names = sorted({l.self_attn.rope_name for l in layers})
+        self.obj = torch.classes.augury_cpu.LayerStack()
+        for l in layers:
+            pre, post = _constants(l)
+            self.obj.add(*pre, *post, l.self_attn.scale, self.rope_names.index(l.self_attn.rope_name),
+                         self.group_names.index("sliding" if l.self_attn.window is not None else "full"))
+
+
+def _stack(model: nn.Module) -> _Stack | None:
+    """The model's stack, built on first use and again after any int4 weight is packed anew; None when
+    some layer can never take the native call."""
+    got = _STACK.get(model, False)
+    if got is False or (got is not None and got.generation != quant_linear.PACK_GENERATION):
+        layers = list(model.layers)
+        ok = (layers and all(getattr(l, "native_cpu_layer", False) for l in layers)
+              and hasattr(torch.classes.augury_cpu, "LayerStack") and all(_rows_allowed(l) for l in layers))
+        got = _STACK[model] = _Stack(model) if ok else None
+    return got
+
+
+def run_stack(model: nn.Module, h: torch.Tensor, ropes: dict, meta, kv, n: int) -> torch.Tensor | None:
+    """The first n layers of `model` on h [T, hidden] in one native call, when every one of them would
+    take `layer_rows` this step (the same per-layer code, so the same bits); else None and the caller
+    runs the modules. One call per step instead of a module call, `eligible` and an op call per layer:
+    those came to ~1.5-2 ms of a ~13 ms SmolLM2 CPU decode step (Python whose objects are cold after
+    each layer's weights stream through the caches)."""
+    if not STACK or not (_ENV_ON if FORCE is None else FORCE):
+        return None
+    if h.device.type != "cpu" or h.dim() != 2 or h.dtype != torch.float32 or torch.compiler.is_compiling() \
+            or not load() or not attn_mod.native_cpu_attention():
+        return None
+    st = _stack(model)
+    if st is None or h.shape[0] >= st.allowed or list(kv.group_of_layer[:n]) != st.groups[:n]:
+        return None
+    metas = [meta.groups[g] if g in meta.groups else None for g in st.group_names]
+    used = {st.groups[i] for i in range(n)}
+    for g, gm in zip(st.group_names, metas):
+        if g in used and (gm is None or gm.max_q > attn_mod.MAX_ROWS_WINDOW):
+            return None
+    for i in range(n):  # all checked before the first layer writes its K/V
+        # (a window mismatch: the module loop raises its error, models/base.py)
+        if meta.groups[st.groups[i]].window != st.windows[i] or not native_attn.supports(h, kv.k[i]):
+            return None
+    plans = []
+    for gm in metas:
+        if gm is None:  # a group these n layers do not read: placeholders
+            plans.append(None)
+            continue
+        plan = getattr(gm, "_native_plan", None)
+        if plan is None:
+            a = model.layers[0].self_attn
+            plan = gm._native_plan = native_attn.make_plan(gm.mask, gm.out_index, gm.dense, a.num_heads, a.head_dim)
+        plans.append(plan)
+    empty = h.new_empty(0)
+    cos = [ropes[r][0] for r in st.rope_names]
+    sin = [ropes[r][1] for r in st.rope_names]
+    return torch.ops.augury_cpu.decoder_stack_rows.default(
+        st.obj, h, n, cos, sin, kv.k[:n], kv.v[:n],
+        [empty if gm is None else gm.slot_mapping for gm in metas],
+        [empty if gm is None else gm.gather_slots for gm in metas],
+        [empty if p is None else p.rows for p in plans],
+        [0 if p is None else int(p.parallel) for p in plans])

@@ -32,6 +32,9 @@ INT8_DENSE_MIN_ROWS = 16
 # through the dense matmul is ~3x faster at prefill sizes (512 rows) and ~1.6x at 16 (SmolLM2 shapes)
 INT4_DENSE_MIN_ROWS = 16
 _DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
+# bumped whenever an Int4Linear packs its weights or scales anew: holders of packed tensors
+# (layers/cpu_decode.py's layer stacks) rebuild when it moves
+PACK_GENERATION = 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -427,6 +430,8 @@ class Int4Linear(nn.Module):
 
     def _set_q(self, q: torch.Tensor) -> None:
         """q [N, K] (0..15) -> padded, packed for this module's current layout."""
+        global PACK_GENERATION
+        PACK_GENERATION += 1
         qp = torch.full((self._n_padded, self._k_padded), 8, dtype=torch.int32, device=q.device)
         qp[: q.shape[0], : q.shape[1]] = q.to(torch.int32)
         self._native = self._layout == "cpu" and _native_int4(self.act_dtype, self.group_size)
@@ -438,6 +443,8 @@ class Int4Linear(nn.Module):
         self._pack_native_scales()  # derived from scales_zeros, which the state dict just replaced
 
     def _pack_native_scales(self) -> None:
+        global PACK_GENERATION
+        PACK_GENERATION += 1
         if self._layout == "cuda" and _INT4_GEMV_ON:
             from augury.layers import int4_layout
 

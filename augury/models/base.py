@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from augury.config import ModelConfig
+from augury.layers import cpu_decode
 from augury.layers.attention import AttentionMetadata, GroupAttnMeta, paged_attention
 from augury.layers.embedding import ScaledEmbedding
 from augury.layers.norm import RMSNorm
@@ -234,8 +235,17 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions [T] -> final-normed hidden [T, hidden]."""
         ropes = {name: r(positions) for name, r in self.ropes.items()}  # once per step, shared by layers
-        h = self.embed_tokens(input_ids)
-        for i, layer in enumerate(self.layers):
+        return self.norm(self.run_layers(self.embed_tokens(input_ids), ropes, meta, kv, len(self.layers)))
+
+    def run_layers(self, h: torch.Tensor, ropes: dict, meta: AttentionMetadata, kv: KVPoolView, n: int) -> torch.Tensor:
+        """The first n layers on h [T, hidden]. A few-row eager CPU step whose layers all take the
+        native layer call runs them straight from cpu_decode.run_stack (the same calls, without the
+        per-layer module call and checks); anything else goes through the modules."""
+        fast = cpu_decode.run_stack(self, h, ropes, meta, kv, n)
+        if fast is not None:
+            return fast
+        for i in range(n):
+            layer = self.layers[i]
             gmeta = meta.groups[kv.group_of_layer[i]]
             if gmeta.window != layer.self_attn.window:
                 raise ValueError(
@@ -243,7 +253,7 @@ class CausalLM(nn.Module):
                     f"{kv.group_of_layer[i]!r} was built with window {gmeta.window}"
                 )
             h = layer(h, ropes[layer.self_attn.rope_name], gmeta, kv.k[i], kv.v[i])
-        return self.norm(h)
+        return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden] -> logits [N, vocab] float32 (final softcapping applied here)."""

@@ -19,6 +19,8 @@ _NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layern
 
 
 class Gemma3DecoderLayer(nn.Module):
+    native_cpu_layer = True  # forward takes cpu_decode.layer_rows when eligible (so cpu_decode.run_stack may)
+
     def __init__(self, cfg: ModelConfig, layer: int, device=None, dtype=None) -> None:
         super().__init__()
         for name in _NORMS:

@@ -15,6 +15,8 @@ from augury.models.base import AttentionBlock, CausalLM, WeightTarget, mlp_targe
 
 
 class LlamaDecoderLayer(nn.Module):
+    native_cpu_layer = True  # forward takes cpu_decode.layer_rows when eligible (so cpu_decode.run_stack may)
+
     def __init__(self, cfg: ModelConfig, layer: int, attn: AttentionBlock, device=None, dtype=None) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device=device, dtype=dtype)

@@ -29,11 +29,7 @@ class EarlyExitLM(nn.Module):
     def forward(self, input_ids, positions, meta, kv):
         t = self.target
         ropes = {name: r(positions) for name, r in t.ropes.items()}
-        h = t.embed_tokens(input_ids)
-        for i in range(self.num_layers):
-            layer = t.layers[i]
-            h = layer(h, ropes[layer.self_attn.rope_name], meta.groups[kv.group_of_layer[i]], kv.k[i], kv.v[i])
-        return t.norm(h)
+        return t.norm(t.run_layers(t.embed_tokens(input_ids), ropes, meta, kv, self.num_layers))
 
     def compute_logits(self, hidden):
         return self.target.compute_logits(hidden)

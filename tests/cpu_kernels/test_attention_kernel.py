@@ -157,6 +157,27 @@ def test_rows_are_bitwise_invariant_to_order_batch_and_threads():
     assert torch.equal(par, base)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_one_row_split_over_threads_keeps_its_bits(dtype, threads):
+    """A lone decode row's query heads split over threads (on AVX2 the split may cut a KV head's
+    group of query heads in two) give the bits of the serial call."""
+    H, HKV, D = 9, 3, 64
+    tabs = _tables(1, 20, seed=12)
+    kp, vp = _pools(200, HKV, D, dtype, seed=13)
+    q = torch.randn(1, H, D, generator=torch.Generator().manual_seed(14))
+    gm = _meta([SeqSpec(257, 1, {"full": tabs[0]})])
+    plan = kern.make_plan(gm.mask, gm.out_index, gm.dense, H, D)
+    serial = kern.paged_attention_rows(q, kp, vp, gm.gather_slots, kern.RowPlan(plan.rows, False), 0.125)
+    n = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        par = kern.paged_attention_rows(q, kp, vp, gm.gather_slots, kern.RowPlan(plan.rows, True), 0.125)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(par, serial)
+
+
 def test_bad_row_plans_are_errors_not_wild_reads():
     kp, vp = _pools(4, 1, 16, torch.float32, seed=0)
     gather = torch.tensor([[0, 1, 2, 3]])

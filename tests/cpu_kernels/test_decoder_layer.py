@@ -28,31 +28,92 @@ def _prompts(n):
     return [torch.randint(3, 250, (4 + 7 * i,), generator=g).tolist() for i in range(n)]
 
 
-def _run(engine, force, prompts, params, calls):
-    """Outputs with the path forced on/off, counting how often the native layer ran."""
-    cpu_decode.FORCE = force
-    real = cpu_decode.layer_rows
+def _run(engine, force, prompts, params, calls, stack=True):
+    """Outputs with the path forced on/off (and the one-call stack on/off), counting how often the
+    per-layer native call and the stack ran."""
+    cpu_decode.FORCE, cpu_decode.STACK = force, stack
+    real, real_stack = cpu_decode.layer_rows, cpu_decode.run_stack
+    key = (force, stack)
 
     def counted(*a, **k):
-        calls[force] = calls.get(force, 0) + 1
+        calls[key] = calls.get(key, 0) + 1
         return real(*a, **k)
 
-    cpu_decode.layer_rows = counted
+    def counted_stack(*a, **k):
+        out = real_stack(*a, **k)
+        if out is not None:
+            calls[key, "stack"] = calls.get((key, "stack"), 0) + 1
+        return out
+
+    cpu_decode.layer_rows, cpu_decode.run_stack = counted, counted_stack
     try:
         return [r.token_ids for r in engine.generate_batch(prompts, params)]
     finally:
-        cpu_decode.FORCE = None
-        cpu_decode.layer_rows = real
+        cpu_decode.FORCE, cpu_decode.STACK = None, True
+        cpu_decode.layer_rows, cpu_decode.run_stack = real, real_stack
 
 
 def test_decode_and_batches_are_bitwise_the_modules(engine):
+    """The modules, the per-layer native call and the one-call stack give the same tokens, and each
+    mode runs what it says."""
     ps = _prompts(4)
     params = [SamplingParams(max_tokens=12 + 3 * i, temperature=0.0, ignore_eos=True) for i in range(4)]
     calls: dict = {}
     want = _run(engine, False, ps, params, calls)
-    got = _run(engine, True, ps, params, calls)
-    assert got == want
-    assert calls.get(True, 0) > 0 and calls.get(False, 0) == 0
+    assert _run(engine, True, ps, params, calls, stack=False) == want
+    assert _run(engine, True, ps, params, calls) == want
+    assert calls.get((True, False), 0) > 0 and calls.get(((True, True), "stack"), 0) > 0
+    assert not calls.get((False, True)) and not calls.get(((False, True), "stack"))
+    assert not calls.get(((True, False), "stack"))
+
+
+def test_the_stack_runs_the_first_n_layers_bitwise(engine):
+    """cpu_decode.run_stack over the first n layers (what layerskip's draft runs) equals those layers'
+    module forwards: the output and every pool it writes."""
+    from augury.layers.attention import SeqSpec, build_attention_metadata
+
+    model = engine.loaded.model
+    pool = engine.pool
+    n = min(2, len(model.layers))
+    windows = model.kv_group_windows()
+    tables = {g: [1] for g in windows}
+    meta = build_attention_metadata([SeqSpec(5, 1, tables)], engine.blocks.block_size, windows, torch.device("cpu"))
+    ropes = {name: r(meta.positions) for name, r in model.ropes.items()}
+    h = torch.randn(1, model.cfg.hidden_size, generator=torch.Generator().manual_seed(2))
+    kv = type("KV", (), {})()
+    kv.group_of_layer = list(pool.group_of_layer)
+    results = []
+    for stack in (False, True):
+        kv.k, kv.v = [k.clone() for k in pool.k], [v.clone() for v in pool.v]
+        cpu_decode.FORCE = stack  # modules, then the stack
+        try:
+            with torch.inference_mode():
+                out = cpu_decode.run_stack(model, h, ropes, meta, kv, n)
+                assert (out is not None) == stack
+                if out is None:
+                    out = h
+                    for i in range(n):
+                        layer = model.layers[i]
+                        out = layer(out, ropes[layer.self_attn.rope_name], meta.groups[kv.group_of_layer[i]],
+                                    kv.k[i], kv.v[i])
+        finally:
+            cpu_decode.FORCE = None
+        results.append((out, kv.k, kv.v))
+    (o0, k0, v0), (o1, k1, v1) = results
+    assert torch.equal(o0, o1)
+    assert all(torch.equal(a, b) for a, b in zip(k0 + v0, k1 + v1))
+
+
+def test_the_stack_is_rebuilt_when_weights_are_packed_anew(engine):
+    model = engine.loaded.model
+    cpu_decode.FORCE = True
+    try:
+        first = cpu_decode._stack(model)
+        assert first is not None and cpu_decode._stack(model) is first
+        model.layers[0].mlp.down_proj._pack_native_scales()  # what a state-dict load or a repack does
+        assert cpu_decode._stack(model) is not first
+    finally:
+        cpu_decode.FORCE = None
 
 
 @pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
