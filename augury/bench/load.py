@@ -11,6 +11,7 @@ from augury.bench.model_facts import gguf_facts
 from augury.bench.options import BenchOptions
 from augury.bench.peers.augury_peer import AuguryPeer
 from augury.bench.peers.base import Peer, PeerUnavailable
+from augury.bench.peers import same_bits
 from augury.bench.peers.isolated import IsolatedPeer
 from augury.bench.runner import log
 from augury.bench.scenarios import Limit, Setup
@@ -19,6 +20,8 @@ from augury.bench.scenarios import Limit, Setup
 # peers run in child processes (augury/bench/peers/isolated.py says why); these build them there
 LLAMA_CPP = "augury.bench.peers.llamacpp_peer:LlamaCppPeer.load"
 HF = "augury.bench.peers.hf_peer:HFPeer.load"
+# where decode reads every weight once a token, so the head's bits move the result (peers/same_bits.py)
+SAME_BITS_SCENARIOS = ("decode", "batch")
 
 
 def model_path(opts: BenchOptions) -> Path:
@@ -62,6 +65,12 @@ def build_setup(opts: BenchOptions, scenario: str) -> Setup:
         p = load_peer("llama.cpp", lambda: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads), skipped)
         if p:
             peers[p.name] = p
+            if scenario in SAME_BITS_SCENARIOS and opts.weights == "int4" and is_gguf and same_bits.needs_copy(path):
+                log(f"loading llama.cpp on a copy of {path.name} with the head at the layers' bits (augury's int4 head)")
+                q = load_peer("llama.cpp-q4head",
+                              lambda: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads, same_bits=True), skipped)
+                if q:
+                    peers[q.name] = q
             if scenario == "spec":
                 for k in opts.pld_tokens:
                     q = load_peer(f"llama.cpp-pld{k}",

@@ -88,6 +88,11 @@ def decode(s: Setup) -> ScenarioReport:
     case = run_case("B=1", "tok/s", s.augury.name, series, o.reps, o.warmup)
     rep = _report("decode", "B=1", s, [case])
     _target(rep, "B=1", "llama.cpp", 1.25, "decode B=1 vs llama.cpp")
+    if "llama.cpp-q4head" in s.peers:
+        _target(rep, "B=1", "llama.cpp-q4head", 1.25, "decode B=1 vs llama.cpp, its head at augury's bits")
+        rep.notes.append("llama.cpp-q4head: llama.cpp on a copy of the GGUF whose token embedding / output head "
+                         "has the layers' 4 bits, as augury's int4 head (the stock file keeps it at 8.5 bits: "
+                         "llama.cpp reads more bytes a token than augury)")
     rep.notes.append(f"{o.decode_tokens} greedy tokens after a {o.decode_prompt}-token prompt; "
                      "tok/s = (tokens - 1) / time after the first token")
     return rep

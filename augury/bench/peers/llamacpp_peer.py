@@ -29,13 +29,21 @@ class LlamaCppPeer:
 
     @classmethod
     def load(cls, gguf_path: Path, eos: Sequence[int], threads: int, n_ctx: int = 8192,
-             prompt_lookup: int | None = None) -> "LlamaCppPeer":
-        """prompt_lookup=N: llama-cpp-python's own prompt-lookup drafter proposing N tokens."""
+             prompt_lookup: int | None = None, same_bits: bool = False) -> "LlamaCppPeer":
+        """prompt_lookup=N: llama-cpp-python's own prompt-lookup drafter proposing N tokens.
+        same_bits: run a copy of the GGUF whose head has the layers' 4 bits, as augury's int4 head
+        (peers/same_bits.py), named `llama.cpp-q4head`."""
         if Path(gguf_path).suffix.lower() != ".gguf":
             raise PeerUnavailable(f"llama.cpp needs a .gguf file; the model resolved to {gguf_path}")
         lc = import_llama_cpp()
         draft = None
         name = "llama.cpp"
+        if same_bits:
+            from augury.bench.peers.same_bits import same_bits_gguf
+            from augury.weights.paths import cache_root
+
+            gguf_path = same_bits_gguf(Path(gguf_path), cache_root() / "bench")
+            name = "llama.cpp-q4head"
         if prompt_lookup:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
