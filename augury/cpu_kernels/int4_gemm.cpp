@@ -154,6 +154,14 @@ void tile_rows(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int bloc
 #endif
 
 #ifdef AUGURY_AVX2
+// Weight blocks (256 bytes + a scale line) prefetched this far ahead of the block being multiplied,
+// with the non-temporal hint (into L1, kept out of the outer caches where the hardware allows). A
+// decode step streams ~84 MB of SmolLM2 weights in ~120 short products; the hardware prefetchers
+// alone left the products at ~11 GB/s of a ~20 GB/s machine. Measured on a 2-core AVX2 host, all
+// 121 products of a SmolLM2 token in sequence: 7.7-9.8 -> 6.5-8.9 ms (medians of 12, alternating in
+// one process); decode 80-87 -> 82-91 tok/s. Prefetching past a tensor's end never faults.
+constexpr int64_t kPrefetchBlocks = 16;
+
 inline __m256 load_bf16x8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -175,6 +183,12 @@ void tile_rows_avx2(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int
     __m256 acc_f[MT];
     for (int r = 0; r < MT; ++r) acc_f[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nblocks; ++b) {
+      if (half == 0) {  // software prefetch, kPrefetchBlocks ahead (runs on into the next tile: contiguous)
+        const char* a = reinterpret_cast<const char*>(wt + (b + kPrefetchBlocks) * kBlockBytes);
+        for (int i = 0; i < 4; ++i) _mm_prefetch(a + 64 * i, _MM_HINT_NTA);
+        _mm_prefetch(reinterpret_cast<const char*>(szt + ((b + kPrefetchBlocks) / blocks_per_group) * 2 * kTile),
+                     _MM_HINT_NTA);
+      }
       const uint8_t* wb = wt + b * kBlockBytes + 32 * half;
       __m256i w[8];
       for (int i = 0; i < 4; ++i) {
