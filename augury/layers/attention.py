@@ -161,6 +161,8 @@ def build_attention_metadata(
 
 def _build_split(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | None], device: torch.device | str,
                  class_ranges: ClassRanges | None) -> AttentionMetadata:
+    if class_ranges is None and all(s.num_new == 1 for s in seqs):
+        return _build_decodes(seqs, block_size, windows, device)
     meta = _build(seqs, block_size, windows, device, class_ranges)
     n_dec = 0
     while n_dec < len(seqs) and seqs[n_dec].num_new == 1:
@@ -171,6 +173,55 @@ def _build_split(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | 
         for g, gm in meta.groups.items():
             gm.parts = [(0, n_dec, head.groups[g]), (n_dec, meta.num_tokens, tail.groups[g])]
     return meta
+
+
+def _build_decodes(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | None],
+                   device: torch.device | str) -> AttentionMetadata:
+    """`_build` for a step of single-token decodes on a one-class pool (the steady state of decoding),
+    in a fraction of its numpy calls: a small model's CPU decode step spent ~0.25 ms in `_build`.
+    The same metadata, field for field (tested against `_build`)."""
+    B = len(seqs)
+    nc = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=B)
+    if (nc < 0).any():
+        raise AttentionMetadataError("every request needs num_new >= 1 and num_cached >= 0")
+
+    def dev(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+
+    ar = np.arange(block_size)
+    groups: dict[str, GroupAttnMeta] = {}
+    for g in seqs[0].block_tables:
+        if g not in windows and g != "full":
+            raise AttentionMetadataError(f"no window given for KV group {g!r}")
+        window = windows.get(g)
+        kv_start = np.zeros(B, dtype=np.int64) if window is None else \
+            (np.maximum(nc - window + 1, 0) // block_size) * block_size
+        max_kv = int((nc + 1 - kv_start).max())
+        gather = np.empty((B, max_kv), dtype=np.int64)
+        slots = np.empty(B, dtype=np.int64)
+        for i, s in enumerate(seqs):
+            t = s.block_tables[g]
+            n, lo = int(nc[i]), int(kv_start[i])
+            if n // block_size >= len(t):
+                raise AttentionMetadataError(f"group {g!r}: request {i} has {len(t)} blocks, needs "
+                                             f"{n // block_size + 1} for {n + 1} tokens")
+            used = np.asarray(t[lo // block_size:n // block_size + 1], dtype=np.int64)
+            if (used < 0).any():
+                raise AttentionMetadataError(f"group {g!r}: request {i} reads a released (-1) block; "
+                                             f"window={window}, num_cached={n}")
+            row = (used[:, None] * block_size + ar).reshape(-1)[:n + 1 - lo]  # keys lo..n in slot order
+            gather[i, :len(row)] = row
+            gather[i, len(row):] = row[-1]  # padding reads the last real key
+            slots[i] = row[-1]  # the new token's key is the last one read
+        kpos = kv_start[:, None] + np.arange(max_kv)[None, :]
+        mask = kpos <= nc[:, None]  # causal; padded keys sit past every query
+        if window is not None:
+            mask &= kpos > (nc - window)[:, None]
+        groups[g] = GroupAttnMeta(window=window, slot_mapping=dev(slots), gather_slots=dev(gather),
+                                  mask=dev(mask[:, None, None, :]), num_seqs=B, max_q=1, max_kv=max_kv,
+                                  q_index=None, out_index=None, dense=bool(mask.all()))
+    return AttentionMetadata(positions=dev(nc), groups=groups, num_tokens=B, num_seqs=B, max_q=1, uniform=True,
+                             query_start=list(range(B + 1)))
 
 
 def _classify(slots: np.ndarray, gather: np.ndarray, ranges: list[tuple[str, int, int]]):

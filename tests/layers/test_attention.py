@@ -86,6 +86,32 @@ def test_uniform_decode_has_no_scatter():
     assert meta.groups["full"].q_index is None and meta.groups["full"].out_index is None
 
 
+@pytest.mark.parametrize("window", [None, 3, 6])
+def test_decode_steps_take_the_short_builder_with_the_same_metadata(window):
+    """A step of single-token decodes is built by `_build_decodes`: field for field what the general
+    builder makes (slots, gather, mask, positions, flags), windows and ragged lengths included."""
+    from dataclasses import fields
+
+    import augury.layers.attention as A
+
+    rng = random.Random(3 if window is None else window)
+    windows = {"full": None} if window is None else {"full": None, "sliding": window}
+    for _ in range(20):
+        specs = make_specs([(rng.randrange(0, 40), 1) for _ in range(rng.randrange(1, 5))], window=window,
+                           seed=rng.randrange(100), num_blocks=128)
+        short = A.build_attention_metadata(specs, BS, windows, "cpu")
+        general = A._build(specs, BS, windows, "cpu")
+        assert (short.num_tokens, short.num_seqs, short.max_q, short.uniform, short.query_start) == \
+            (general.num_tokens, general.num_seqs, general.max_q, general.uniform, general.query_start)
+        assert torch.equal(short.positions, general.positions)
+        assert short.groups.keys() == general.groups.keys()
+        for g in general.groups:
+            a, b = short.groups[g], general.groups[g]
+            for f in fields(b):
+                x, y = getattr(a, f.name), getattr(b, f.name)
+                assert torch.equal(x, y) if isinstance(y, torch.Tensor) else x == y, (g, f.name)
+
+
 def test_released_block_in_window_is_an_error():
     specs = make_specs([(10, 1)], window=4)
     specs[0].block_tables["sliding"][2] = -1  # position 10 lives in block 2
