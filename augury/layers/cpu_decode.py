@@ -35,7 +35,7 @@ STACK: bool = os.environ.get("AUGURY_CPU_STACK", "1") != "0"
 # per layer, the most rows its modules let the native call take (0: never); see _rows_allowed
 _ALLOWED: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
 _ACT = {"silu": 0, "gelu_tanh": 1}  # decoder_layer.cpp's activation codes
-# per layer, (qkv weight it was built from, the op's constant arguments): see _constants
+# per layer, (quant_linear.PACK_GENERATION when built, the op's constant arguments): see _constants
 _CONSTS: weakref.WeakKeyDictionary[nn.Module, tuple] = weakref.WeakKeyDictionary()
 
 
@@ -91,9 +91,9 @@ def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
 def _constants(layer: nn.Module) -> tuple[tuple, tuple]:
     """The op's per-layer arguments that never change (weights, eps, shapes), before and after the
     per-step ones; built once per layer (a step passes ~30 arguments per layer)."""
-    packed = layer.self_attn.qkv_proj.packed
+    gen = quant_linear.PACK_GENERATION
     got = _CONSTS.get(layer)
-    if got is None or got[0] is not packed:  # a device move repacks the weights: build again
+    if got is None or got[0] != gen:  # some int4 weight was packed anew (a device move, a load): build again
         attn, mlp = layer.self_attn, layer.mlp
         (n_in, n_mlp, n_attn_out, n_mlp_out), qk = _norms(layer)
         w = [None if n is None else n.weight for n in (n_attn_out, n_mlp_out, qk)]
@@ -102,7 +102,7 @@ def _constants(layer: nn.Module) -> tuple[tuple, tuple]:
                qkv.packed, qkv.native_scales, o.packed, o.native_scales, gu.packed, gu.native_scales,
                down.packed, down.native_scales, qkv.group_size)
         post = (attn.num_heads, attn.num_kv_heads, attn.head_dim)
-        got = _CONSTS[layer] = (packed, pre, post)
+        got = _CONSTS[layer] = (gen, pre, post)
     return got[1], got[2]
 
 

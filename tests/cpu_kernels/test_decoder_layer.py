@@ -110,8 +110,11 @@ def test_the_stack_is_rebuilt_when_weights_are_packed_anew(engine):
     try:
         first = cpu_decode._stack(model)
         assert first is not None and cpu_decode._stack(model) is first
-        model.layers[0].mlp.down_proj._pack_native_scales()  # what a state-dict load or a repack does
+        down = model.layers[0].mlp.down_proj
+        down._pack_native_scales()  # what a state-dict load or a repack does
         assert cpu_decode._stack(model) is not first
+        pre, _ = cpu_decode._constants(model.layers[0])
+        assert any(a is down.native_scales for a in pre)  # the per-layer arguments follow, not only qkv's
     finally:
         cpu_decode.FORCE = None
 
