@@ -40,6 +40,15 @@ def load_peer(name: str, loader: Callable[[], Peer], skipped: dict[str, str]) ->
         return None
 
 
+def _needs_copy(path: Path, skipped: dict[str, str]) -> bool:
+    """Whether to add the same-bytes llama.cpp peer; a file gguf cannot read skips it with the reason."""
+    try:
+        return same_bits.needs_copy(path)
+    except Exception as e:  # noqa: BLE001 - a peer that cannot be set up is a skipped peer
+        skipped["llama.cpp-q4head"] = f"reading {path.name}: {type(e).__name__}: {e}"
+        return False
+
+
 def augury_kwargs(opts: BenchOptions, scenario: str) -> dict:
     kw: dict = dict(device=opts.device, dtype=opts.dtype, weights=opts.weights, threads=opts.threads,
                     kv_budget=opts.kv_budget, compile=opts.compile)
@@ -65,7 +74,7 @@ def build_setup(opts: BenchOptions, scenario: str) -> Setup:
         p = load_peer("llama.cpp", lambda: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads), skipped)
         if p:
             peers[p.name] = p
-            if scenario in SAME_BITS_SCENARIOS and opts.weights == "int4" and is_gguf and same_bits.needs_copy(path):
+            if scenario in SAME_BITS_SCENARIOS and opts.weights == "int4" and is_gguf and _needs_copy(path, skipped):
                 log(f"loading llama.cpp on a copy of {path.name} with the head at the layers' bits (augury's int4 head)")
                 q = load_peer("llama.cpp-q4head",
                               lambda: IsolatedPeer(LLAMA_CPP, path, eos, opts.threads, same_bits=True), skipped)

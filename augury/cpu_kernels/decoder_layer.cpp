@@ -208,6 +208,7 @@ Tensor decoder_stack_rows(const c10::intrusive_ptr<LayerStack>& stack, const Ten
   TORCH_CHECK(static_cast<int64_t>(gather_slots.size()) == G && static_cast<int64_t>(rows.size()) == G &&
                   static_cast<int64_t>(parallel.size()) == G && static_cast<int64_t>(sin.size()) == R,
               "decoder_stack_rows: one slot mapping, gather, row plan and flag per KV group; cos and sin per rope");
+  if (n == 0) return h.clone();  // the schema promises a new tensor
   Tensor x = h;
   for (int64_t i = 0; i < n; ++i) {
     const auto& e = stack->layers[i];

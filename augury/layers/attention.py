@@ -199,12 +199,13 @@ def _build_decodes(seqs: list[SeqSpec], block_size: int, windows: dict[str, int 
         max_kv = int((nc + 1 - kv_start).max())
         gather = np.empty((B, max_kv), dtype=np.int64)
         slots = np.empty(B, dtype=np.int64)
-        for i, s in enumerate(seqs):
-            t = s.block_tables[g]
-            n, lo = int(nc[i]), int(kv_start[i])
-            if n // block_size >= len(t):
+        tables = [s.block_tables[g] for s in seqs]
+        for i, t in enumerate(tables):  # every request's length first, then released blocks (as `_build`)
+            if int(nc[i]) // block_size >= len(t):
                 raise AttentionMetadataError(f"group {g!r}: request {i} has {len(t)} blocks, needs "
-                                             f"{n // block_size + 1} for {n + 1} tokens")
+                                             f"{int(nc[i]) // block_size + 1} for {int(nc[i]) + 1} tokens")
+        for i, t in enumerate(tables):
+            n, lo = int(nc[i]), int(kv_start[i])
             used = np.asarray(t[lo // block_size:n // block_size + 1], dtype=np.int64)
             if (used < 0).any():
                 raise AttentionMetadataError(f"group {g!r}: request {i} reads a released (-1) block; "

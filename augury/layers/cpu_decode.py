@@ -142,14 +142,21 @@ class _Stack:
                          self.group_names.index("sliding" if l.self_attn.window is not None else "full"))
 
 
+def _has_stack_class() -> bool:
+    try:  # torch.classes raises (rather than returning a default) for a class it does not know
+        return torch.classes.augury_cpu.LayerStack is not None
+    except (RuntimeError, AttributeError):
+        return False
+
+
 def _stack(model: nn.Module) -> _Stack | None:
-    """The model's stack, built on first use and again after any int4 weight is packed anew; None when
-    some layer can never take the native call."""
+    """The model's stack, built on first use and again after any int4 weight is packed anew; None
+    (kept, as `_rows_allowed` keeps its answer) when some layer can never take the native call."""
     got = _STACK.get(model, False)
     if got is False or (got is not None and got.generation != quant_linear.PACK_GENERATION):
         layers = list(model.layers)
         ok = (layers and all(getattr(l, "native_cpu_layer", False) for l in layers)
-              and hasattr(torch.classes.augury_cpu, "LayerStack") and all(_rows_allowed(l) for l in layers))
+              and _has_stack_class() and all(_rows_allowed(l) for l in layers))
         got = _STACK[model] = _Stack(model) if ok else None
     return got
 

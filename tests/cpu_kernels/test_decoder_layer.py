@@ -102,6 +102,13 @@ def test_the_stack_runs_the_first_n_layers_bitwise(engine):
     (o0, k0, v0), (o1, k1, v1) = results
     assert torch.equal(o0, o1)
     assert all(torch.equal(a, b) for a, b in zip(k0 + v0, k1 + v1))
+    cpu_decode.FORCE = True
+    try:  # no layers: a copy of h, never h itself (the op's schema declares no alias)
+        with torch.inference_mode():
+            none = cpu_decode.run_stack(model, h, ropes, meta, kv, 0)
+    finally:
+        cpu_decode.FORCE = None
+    assert torch.equal(none, h) and none.data_ptr() != h.data_ptr()
 
 
 def test_the_stack_is_rebuilt_when_weights_are_packed_anew(engine):

@@ -112,6 +112,22 @@ def test_decode_steps_take_the_short_builder_with_the_same_metadata(window):
                 assert torch.equal(x, y) if isinstance(y, torch.Tensor) else x == y, (g, f.name)
 
 
+def test_decode_steps_report_the_general_builders_error_first():
+    """Two faults in one step (a released block read by request 0, a short table in request 1, one group): the
+    short builder names the same one `_build` does."""
+    import augury.layers.attention as A
+
+    specs = make_specs([(10, 1), (9, 1)], num_blocks=128)
+    specs[0].block_tables["full"][1] = -1
+    specs[1].block_tables["full"].pop()
+    windows = {"full": None}
+    with pytest.raises(AttentionMetadataError) as general:
+        A._build(specs, BS, windows, "cpu")
+    with pytest.raises(AttentionMetadataError) as short:
+        A.build_attention_metadata(specs, BS, windows, "cpu")
+    assert str(short.value) == str(general.value)
+
+
 def test_released_block_in_window_is_an_error():
     specs = make_specs([(10, 1)], window=4)
     specs[0].block_tables["sliding"][2] = -1  # position 10 lives in block 2

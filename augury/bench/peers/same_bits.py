@@ -64,5 +64,14 @@ def same_bits_gguf(src: Path, cache_dir: Path) -> Path:
     rc = lc.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(p))
     if rc != 0 or not tmp.exists():
         raise PeerUnavailable(f"llama.cpp's quantizer failed on {src.name} (rc {rc})")
+    if _block_types(tmp) != _block_types(src):  # a mixed file: some layer would have been re-quantized
+        tmp.unlink()
+        raise PeerUnavailable(f"{src.name}: its layers mix quant types; the copy would not keep them as they are")
     tmp.replace(dst)
     return dst
+
+
+def _block_types(path: Path) -> dict[str, str]:
+    from gguf import GGUFReader
+
+    return {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors if t.name.startswith("blk.")}
