@@ -175,6 +175,20 @@ def _build_split(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | 
     return meta
 
 
+def _to_device(a: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+
+
+def _short_table(g: str, i: int, blocks: int, tokens: int, block_size: int) -> AttentionMetadataError:
+    return AttentionMetadataError(f"group {g!r}: request {i} has {blocks} blocks, needs "
+                                  f"{(tokens - 1) // block_size + 1} for {tokens} tokens")
+
+
+def _released(g: str, i: int, window: int | None, num_cached: int) -> AttentionMetadataError:
+    return AttentionMetadataError(f"group {g!r}: request {i} reads a released (-1) block; "
+                                  f"window={window}, num_cached={num_cached}")
+
+
 def _build_decodes(seqs: list[SeqSpec], block_size: int, windows: dict[str, int | None],
                    device: torch.device | str) -> AttentionMetadata:
     """`_build` for a step of single-token decodes on a one-class pool (the steady state of decoding),
@@ -186,7 +200,7 @@ def _build_decodes(seqs: list[SeqSpec], block_size: int, windows: dict[str, int 
         raise AttentionMetadataError("every request needs num_new >= 1 and num_cached >= 0")
 
     def dev(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+        return _to_device(a, device)
 
     ar = np.arange(block_size)
     groups: dict[str, GroupAttnMeta] = {}
@@ -202,14 +216,12 @@ def _build_decodes(seqs: list[SeqSpec], block_size: int, windows: dict[str, int 
         tables = [s.block_tables[g] for s in seqs]
         for i, t in enumerate(tables):  # every request's length first, then released blocks (as `_build`)
             if int(nc[i]) // block_size >= len(t):
-                raise AttentionMetadataError(f"group {g!r}: request {i} has {len(t)} blocks, needs "
-                                             f"{int(nc[i]) // block_size + 1} for {int(nc[i]) + 1} tokens")
+                raise _short_table(g, i, len(t), int(nc[i]) + 1, block_size)
         for i, t in enumerate(tables):
             n, lo = int(nc[i]), int(kv_start[i])
             used = np.asarray(t[lo // block_size:n // block_size + 1], dtype=np.int64)
             if (used < 0).any():
-                raise AttentionMetadataError(f"group {g!r}: request {i} reads a released (-1) block; "
-                                             f"window={window}, num_cached={n}")
+                raise _released(g, i, window, n)
             row = (used[:, None] * block_size + ar).reshape(-1)[:n + 1 - lo]  # keys lo..n in slot order
             gather[i, :len(row)] = row
             gather[i, len(row):] = row[-1]  # padding reads the last real key
@@ -270,7 +282,7 @@ def _build(
     qpos = nc[:, None] + jq  # [B, max_q]
 
     def dev(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+        return _to_device(a, device)
 
     q_index = out_index = None
     if not uniform:
@@ -286,10 +298,7 @@ def _build(
         lens = np.fromiter((len(t) for t in tables), dtype=np.int64, count=B)
         if ((ctx - 1) // block_size >= lens).any():
             bad = int(np.argmax((ctx - 1) // block_size >= lens))
-            raise AttentionMetadataError(
-                f"group {g!r}: request {bad} has {lens[bad]} blocks, needs "
-                f"{(ctx[bad] - 1) // block_size + 1} for {ctx[bad]} tokens"
-            )
+            raise _short_table(g, bad, int(lens[bad]), int(ctx[bad]), block_size)
         bt = np.full((B, int(lens.max())), -1, dtype=np.int64)
         for i, t in enumerate(tables):
             bt[i, : len(t)] = t
@@ -304,10 +313,7 @@ def _build(
         blocks = np.take_along_axis(bt, kpos_c // block_size, axis=1)
         if (blocks < 0).any():
             bad = int(np.argmax((blocks < 0).any(axis=1)))
-            raise AttentionMetadataError(
-                f"group {g!r}: request {bad} reads a released (-1) block; "
-                f"window={window}, num_cached={nc[bad]}"
-            )
+            raise _released(g, bad, window, int(nc[bad]))
         gather = blocks * block_size + kpos_c % block_size
         slots = bt[req_of_tok, pos // block_size] * block_size + pos % block_size
         mask = kpos[:, None, :] <= qpos[:, :, None]  # causal; padded keys sit past every query

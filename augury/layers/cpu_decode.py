@@ -78,14 +78,17 @@ def _structure(layer: nn.Module) -> float:
     return min((m.dense_min_rows for m in lins if m.dense_weight is not None), default=math.inf)
 
 
-def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
+def _input_ok(h: torch.Tensor) -> bool:
+    """The path is on and this step's input can take it (eager float32 rows on the CPU, kernels loaded)."""
     if not (_ENV_ON if FORCE is None else FORCE):
         return False
-    if h.device.type != "cpu" or h.dim() != 2 or h.dtype != torch.float32 or torch.compiler.is_compiling() \
-            or not load():
-        return False
-    return (h.shape[0] < _rows_allowed(layer) and gmeta.max_q <= attn_mod.MAX_ROWS_WINDOW
-            and attn_mod.native_cpu_attention() and native_attn.supports(h, k_pool))
+    return (h.device.type == "cpu" and h.dim() == 2 and h.dtype == torch.float32
+            and not torch.compiler.is_compiling() and load() and attn_mod.native_cpu_attention())
+
+
+def eligible(layer: nn.Module, h: torch.Tensor, gmeta, k_pool) -> bool:
+    return (_input_ok(h) and h.shape[0] < _rows_allowed(layer) and gmeta.max_q <= attn_mod.MAX_ROWS_WINDOW
+            and native_attn.supports(h, k_pool))
 
 
 def _constants(layer: nn.Module) -> tuple[tuple, tuple]:
@@ -106,13 +109,18 @@ def _constants(layer: nn.Module) -> tuple[tuple, tuple]:
     return got[1], got[2]
 
 
+def _plan(gmeta, attn: nn.Module) -> native_attn.RowPlan:
+    """The step's native attention plan for a KV group: made once per step, shared by the layers."""
+    plan = getattr(gmeta, "_native_plan", None)
+    if plan is None:
+        plan = gmeta._native_plan = native_attn.make_plan(gmeta.mask, gmeta.out_index, gmeta.dense, attn.num_heads,
+                                                          attn.head_dim)
+    return plan
+
+
 def layer_rows(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
     """h [T, hidden] -> [T, hidden]; `eligible` must hold."""
-    plan = getattr(gmeta, "_native_plan", None)  # made once per step, shared by the layers
-    if plan is None:
-        attn = layer.self_attn
-        plan = native_attn.make_plan(gmeta.mask, gmeta.out_index, gmeta.dense, attn.num_heads, attn.head_dim)
-        gmeta._native_plan = plan
+    plan = _plan(gmeta, layer.self_attn)
     pre, post = _constants(layer)
     cos, sin = rope
     return torch.ops.augury_cpu.decoder_layer_rows.default(
@@ -132,14 +140,14 @@ class _Stack:
         self.generation = quant_linear.PACK_GENERATION
         self.allowed = min(_rows_allowed(l) for l in layers)  # rows below which every layer may run natively
         self.windows = [l.self_attn.window for l in layers]
-        self.groups = ["sliding" if w is not None else "full" for w in self.windows]  # CausalLM.kv_group_of_layer
+        self.groups = model.kv_group_of_layer()
         self.group_names = sorted(set(self.groups))
         self.rope_names = sorted({l.self_attn.rope_name for l in layers})
         self.obj = torch.classes.augury_cpu.LayerStack()
-        for l in layers:
+        for l, g in zip(layers, self.groups):
             pre, post = _constants(l)
             self.obj.add(*pre, *post, l.self_attn.scale, self.rope_names.index(l.self_attn.rope_name),
-                         self.group_names.index("sliding" if l.self_attn.window is not None else "full"))
+                         self.group_names.index(g))
 
 
 def _has_stack_class() -> bool:
@@ -167,10 +175,7 @@ def run_stack(model: nn.Module, h: torch.Tensor, ropes: dict, meta, kv, n: int) 
     runs the modules. One call per step instead of a module call, `eligible` and an op call per layer:
     those came to ~1.5-2 ms of a ~13 ms SmolLM2 CPU decode step (Python whose objects are cold after
     each layer's weights stream through the caches)."""
-    if not STACK or not (_ENV_ON if FORCE is None else FORCE):
-        return None
-    if h.device.type != "cpu" or h.dim() != 2 or h.dtype != torch.float32 or torch.compiler.is_compiling() \
-            or not load() or not attn_mod.native_cpu_attention():
+    if not STACK or not _input_ok(h):
         return None
     st = _stack(model)
     if st is None or h.shape[0] >= st.allowed or list(kv.group_of_layer[:n]) != st.groups[:n]:
@@ -184,16 +189,8 @@ def run_stack(model: nn.Module, h: torch.Tensor, ropes: dict, meta, kv, n: int) 
         # (a window mismatch: the module loop raises its error, models/base.py)
         if meta.groups[st.groups[i]].window != st.windows[i] or not native_attn.supports(h, kv.k[i]):
             return None
-    plans = []
-    for gm in metas:
-        if gm is None:  # a group these n layers do not read: placeholders
-            plans.append(None)
-            continue
-        plan = getattr(gm, "_native_plan", None)
-        if plan is None:
-            a = model.layers[0].self_attn
-            plan = gm._native_plan = native_attn.make_plan(gm.mask, gm.out_index, gm.dense, a.num_heads, a.head_dim)
-        plans.append(plan)
+    # (a group these n layers do not read gets placeholders)
+    plans = [None if gm is None else _plan(gm, model.layers[0].self_attn) for gm in metas]
     empty = h.new_empty(0)
     cos = [ropes[r][0] for r in st.rope_names]
     sin = [ropes[r][1] for r in st.rope_names]

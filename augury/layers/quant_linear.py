@@ -430,8 +430,6 @@ class Int4Linear(nn.Module):
 
     def _set_q(self, q: torch.Tensor) -> None:
         """q [N, K] (0..15) -> padded, packed for this module's current layout."""
-        global PACK_GENERATION
-        PACK_GENERATION += 1
         qp = torch.full((self._n_padded, self._k_padded), 8, dtype=torch.int32, device=q.device)
         qp[: q.shape[0], : q.shape[1]] = q.to(torch.int32)
         self._native = self._layout == "cpu" and _native_int4(self.act_dtype, self.group_size)
@@ -444,7 +442,7 @@ class Int4Linear(nn.Module):
 
     def _pack_native_scales(self) -> None:
         global PACK_GENERATION
-        PACK_GENERATION += 1
+        PACK_GENERATION += 1  # every pack ends here (_set_q, a state-dict load)
         if self._layout == "cuda" and _INT4_GEMV_ON:
             from augury.layers import int4_layout
 
