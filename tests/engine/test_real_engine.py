@@ -62,8 +62,11 @@ def smol_plain(smol) -> list[list[int]]:
 def test_smollm2_speculation_is_exact(smol, smol_plain, method):
     ps = smol_prompts(smol)[:4]
     plain = smol_plain
+    # layerskip drafts through 8 of the 30 float32 layers and the full float32 LM head (113 MB a
+    # draft token): 3 drafts a round instead of 6 halve its CI time and still verify windows of 4
+    drafts = 3 if method == "layerskip" else 6
     sp = SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True,
-                        speculative={"method": method, "num_draft_tokens": 6})
+                        speculative={"method": method, "num_draft_tokens": drafts})
     alone = [smol.generate(p, sp) for p in ps]
     assert [r.token_ids for r in alone] == plain
     assert [r.token_ids for r in smol.generate_batch(ps, sp)] == plain
