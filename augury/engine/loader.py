@@ -101,8 +101,8 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
     model.forward = forward
 
 
-# From this many rows a step is a prefill chunk or a big batch (CPU int4 layers switch to their
-# dense copy there: layers/quant_linear.py INT4_DENSE_MIN_ROWS)
+# From this many rows a step is a prefill chunk or a big batch (CPU int4 layers with a dense copy
+# switch to it there: layers/quant_linear.py INT4_DENSE_MIN_ROWS)
 _MANY_ROWS = 16
 
 
@@ -134,9 +134,10 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
 
         quantize_model(model, cfg.weights)
         if cfg.weights == "int4" and device.type == "cpu":
-            from augury.layers.quant_linear import keep_dense_copies
+            from augury.layers.quant_linear import dense_prefill_pays, keep_dense_copies
 
-            kept = keep_dense_copies(model)  # ~3x faster prefill for small models
+            # bf16 hardware: ~3x faster prefill for small models; elsewhere the int4 kernel is faster
+            kept = keep_dense_copies(model) if dense_prefill_pays() else 0
             if kept:
                 log.info("int4: keeping %.0f MiB of dense weight copies for prefill", kept / 2**20)
     model.eval()

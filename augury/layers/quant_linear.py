@@ -28,8 +28,9 @@ _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0
 # From this many rows on, dequantizing int8 slices and calling the dense bf16 matmul beats the
 # int8 kernel on CPU (measured 2-10x at 64+ rows, parity around 8-16; the kernel is a GEMV at heart)
 INT8_DENSE_MIN_ROWS = 16
-# Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; a dense copy of the weight
-# through the dense matmul is ~3x faster at prefill sizes (512 rows) and ~1.6x at 16 (SmolLM2 shapes)
+# Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; where the CPU multiplies bf16
+# in hardware, a bf16 dense copy of the weight is ~3x faster at prefill sizes (512 rows) and ~1.6x at
+# 16 (SmolLM2 shapes, an AVX-512 host); elsewhere no copy is kept (dense_prefill_pays)
 INT4_DENSE_MIN_ROWS = 16
 _DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 # bumped whenever an Int4Linear packs its weights or scales anew: holders of packed tensors
@@ -46,6 +47,24 @@ def cpu_dense_dtype() -> torch.dtype:
     Decided from the instruction set, never from a timing, so a machine always gets the same numbers."""
     bf16_hw = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.bfloat16 if bf16_hw else torch.float32
+
+
+def dense_prefill_pays() -> bool:
+    """Whether a CPU int4 model keeps dense copies for prefill-sized inputs (`keep_dense_copies`):
+    only where the dense matmul runs bf16 in hardware, or augury's int4 kernel has no SIMD path.
+    On a 2-core AVX2-only EPYC, a SmolLM2 layer's four products through int4_mm's AVX2 path against
+    MKL's float32 matmul on the dense copy: 5.3x faster at 16 rows, 2.9x at 64, 1.6x at 512 (and the
+    float32 copy costs 4 bytes a weight: 540 MB for SmolLM2). Without the copy every row of every
+    step takes the same kernel, so prefill rows get decode's bits. Decided from the instruction set."""
+    from augury.cpu_kernels import load
+
+    isa = torch.ops.augury_cpu.int4_isa() if load() else None
+    return dense_copy_rule(cpu_dense_dtype() == torch.bfloat16, isa)
+
+
+def dense_copy_rule(bf16_hardware: bool, int4_isa: str | None) -> bool:
+    """`dense_prefill_pays` from the facts it reads (int4_isa None: augury's kernels not built)."""
+    return bf16_hardware or int4_isa in (None, "portable")
 
 
 def _round_up(n: int, m: int) -> int:
