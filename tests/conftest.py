@@ -115,6 +115,36 @@ def gemma3_path() -> str | None:
     return str(g.assemble())
 
 
+def share_gguf_metadata_parses() -> None:
+    """Let transformers parse a GGUF's metadata once per test session. Its tokenizer loader and its
+    config loader each call `load_gguf_checkpoint(path, return_tensors=False)`, which reads every
+    field through gguf-py: Gemma 3's 262k-token vocabulary takes ~32 s on 2 cores each time. Calls
+    with tensors (the model's weights) are not cached. A transformers without that function is
+    left alone."""
+    import copy
+
+    try:
+        import transformers.modeling_gguf_pytorch_utils as m
+    except ImportError:
+        return
+    orig = getattr(m, "load_gguf_checkpoint", None)
+    if orig is None or getattr(orig, "_augury_shared", False):
+        return
+    parsed: dict[str, dict] = {}
+
+    @functools.wraps(orig)
+    def load_gguf_checkpoint(path, return_tensors=False, *args, **kwargs):
+        if return_tensors or args or kwargs:
+            return orig(path, return_tensors, *args, **kwargs)
+        key = str(Path(path).resolve())
+        if key not in parsed:
+            parsed[key] = orig(path, return_tensors=False)
+        return copy.deepcopy(parsed[key])  # callers may edit what they get
+
+    load_gguf_checkpoint._augury_shared = True
+    m.load_gguf_checkpoint = load_gguf_checkpoint  # its callers import it from the module per call
+
+
 @functools.lru_cache(maxsize=2)
 def hf_gguf_model(path: str):
     """HF transformers' own model from a GGUF file (fp32, eval), loaded once per test session:
@@ -125,6 +155,7 @@ def hf_gguf_model(path: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate", reason="transformers needs accelerate to load GGUF")
+    share_gguf_metadata_parses()
     p = Path(path)
     return transformers.AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name,
                                                             dtype=torch.float32).eval()

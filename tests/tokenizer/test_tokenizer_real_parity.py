@@ -8,6 +8,7 @@ import pytest
 from tok_fixtures import gemma3_gguf, smollm2_gguf
 
 from augury.tokenizer import StreamDetokenizer, Tokenizer, read_gguf_metadata
+from tests.conftest import share_gguf_metadata_parses
 
 pytestmark = pytest.mark.real
 
@@ -43,6 +44,7 @@ def _load(found):
     transformers = pytest.importorskip("transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     d, name = found
+    share_gguf_metadata_parses()
     ours = Tokenizer.from_gguf_metadata(read_gguf_metadata(os.path.join(d, name)))
     ref = transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
     return ours, ref
