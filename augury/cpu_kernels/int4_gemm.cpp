@@ -338,8 +338,8 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
       });
 #elif defined(AUGURY_AVX2)
       // up to 8 rows share one unpacking of the tile's 16 weight vectors; measured against chunks
-      // of 4 and 2 on a 2-core AVX2 host (all 120 products of a SmolLM2 token): the fastest at 8
-      // rows (the accumulators spill to L1, once per block) and no slower at 1, 2 and 4
+      // of 2, 4, 5 and 6 on a 2-core AVX2 host (all 120 products of a SmolLM2 token): the fastest
+      // at 8 rows (the accumulators spill to L1, once per block) and no slower at 1, 2 and 4
       row_chunks<8>(M, [&](auto mt, int64_t r) {
         tile_rows_avx2<decltype(mt)::value>(wt, szt, nblocks, blocks_per_group, qxp, dp, e8p, dsp, K, r, yp, N, t);
       });

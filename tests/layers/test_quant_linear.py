@@ -4,8 +4,6 @@ exact int4 round trips through the kernels' packed layouts, CUDA paths."""
 from __future__ import annotations
 
 import pytest
-from pathlib import Path
-
 import torch
 from torch import nn
 
@@ -319,7 +317,7 @@ def test_the_default_dense_copy_is_float32_without_bf16_hardware(monkeypatch):
     ql.cpu_dense_dtype.cache_clear()
 
 
-def test_dense_prefill_copies_only_where_they_beat_the_int4_kernel():
+def test_dense_prefill_copies_only_where_they_beat_the_int4_kernel(tmp_path):
     """A CPU int4 model keeps dense copies for prefill only where the dense matmul has bf16 hardware
     or augury's int4 kernel has no SIMD path (an AVX2 host: the AVX2 int4 kernel measured 1.6-5.3x
     faster than MKL float32 on the copy, 16-512 rows); the engine loader follows the rule."""
@@ -330,16 +328,13 @@ def test_dense_prefill_copies_only_where_they_beat_the_int4_kernel():
     assert ql.dense_copy_rule(True, "avx2") and ql.dense_copy_rule(True, "avx512vnni")
     assert not ql.dense_copy_rule(False, "avx2") and not ql.dense_copy_rule(False, "avx512vnni")
     assert ql.dense_copy_rule(False, "portable") and ql.dense_copy_rule(False, None)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        e = Engine.from_model(str(make_tiny_hf_model(Path(d), "llama")), device="cpu", dtype="float32",
-                              weights="int4", progress=False, kv_budget="16MiB")
-        try:
-            mods = [m for n, m in e.loaded.model.named_modules() if isinstance(m, Int4Linear) and "lm_head" not in n]
-            assert mods and all((m.dense_weight is not None) == ql.dense_prefill_pays() for m in mods)
-        finally:
-            e.shutdown()
+    e = Engine.from_model(str(make_tiny_hf_model(tmp_path, "llama")), device="cpu", dtype="float32",
+                          weights="int4", progress=False, kv_budget="16MiB")
+    try:
+        mods = [m for n, m in e.loaded.model.named_modules() if isinstance(m, Int4Linear) and "lm_head" not in n]
+        assert mods and all((m.dense_weight is not None) == ql.dense_prefill_pays() for m in mods)
+    finally:
+        e.shutdown()
 
 
 def test_keep_dense_copies_budget_and_lm_head():
