@@ -15,6 +15,7 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -84,7 +85,7 @@ struct LayerArgs {
 // act: 0 SiLU, 1 GELU (tanh).
 Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, const Tensor& sin, Tensor k_pool,
                      Tensor v_pool, const Tensor& slot_mapping, const Tensor& gather_slots, const Tensor& rows,
-                     double scale, bool parallel) {
+                     double scale, bool parallel, augury_cpu::WarmRanges* warm_next = nullptr) {
   const auto &norm_in = A.norm_in, &norm_mlp = A.norm_mlp;
   const auto &norm_attn_out = A.norm_attn_out, &norm_mlp_out = A.norm_mlp_out, &qk_norm = A.qk_norm;
   const bool gemma = A.gemma;
@@ -139,13 +140,16 @@ Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, con
     }
   }
   auto o = augury_cpu::paged_attention_rows(q, k_pool, v_pool, gather_slots, rows, scale, parallel);
-  auto a = augury_cpu::int4_mm(o.view({T, H * D}), A.o_p, A.o_s, group_size);
+  // the products from here to the next layer's qkv warm that layer's K/V slots (kernels.h WarmRanges)
+  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.o_p, T));
+  auto a = augury_cpu::int4_mm(o.view({T, H * D}), A.o_p, A.o_s, group_size, warm_next);
   TORCH_CHECK(a.size(1) == hid, "decoder_layer_rows: o_proj width");
   if (norm_attn_out.has_value()) a = normed(a, *norm_attn_out, ef, gemma);
   auto x = at::empty_like(h);
   add_into(fptr(h), fptr(a), x.data_ptr<float>(), T * hid);
   // MLP (layers/mlp.py GatedMLP): act(gate) * up, gate and up the two halves of one product
-  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), A.gu_p, A.gu_s, group_size);
+  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.gu_p, T));
+  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), A.gu_p, A.gu_s, group_size, warm_next);
   const int64_t I = gu.size(1) / 2;
   auto g = act == 0 ? at::silu(gu.slice(1, 0, I)) : at::gelu(gu.slice(1, 0, I), "tanh");  // the module's view
   TORCH_CHECK(g.is_contiguous(), "decoder_layer_rows: activation layout");
@@ -153,7 +157,8 @@ Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, con
   const float* up = fptr(gu);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < I; ++i) gp[t * I + i] = gp[t * I + i] * up[t * 2 * I + I + i];
-  auto m = augury_cpu::int4_mm(g, A.down_p, A.down_s, group_size);
+  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.down_p, T));
+  auto m = augury_cpu::int4_mm(g, A.down_p, A.down_s, group_size, warm_next);
   TORCH_CHECK(m.size(1) == hid, "decoder_layer_rows: down_proj width");
   if (norm_mlp_out.has_value()) m = normed(m, *norm_mlp_out, ef, gemma);
   add_into(fptr(x), fptr(m), x.data_ptr<float>(), T * hid);
@@ -196,6 +201,59 @@ struct LayerStack : torch::CustomClassHolder {
   int64_t size() const { return static_cast<int64_t>(layers.size()); }
 };
 
+// The pool slots a step's attention reads in one KV group, as runs [first slot, count) of
+// consecutive slots: each request's keys once (the rows of one request read nested ranges: their
+// union is [min lo, max hi)); slots outside [0, S) are left out. What a layer's K/V warming reads.
+std::vector<std::pair<int64_t, int64_t>> slot_runs(const Tensor& gather_slots, const Tensor& rows, int64_t S) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  // a plan the attention call would reject (it says why) warms nothing
+  if (gather_slots.dim() != 2 || gather_slots.scalar_type() != at::kLong || !gather_slots.is_contiguous() ||
+      rows.dim() != 2 || rows.size(1) != 3 || rows.scalar_type() != at::kInt || !rows.is_contiguous())
+    return out;
+  const int64_t B = gather_slots.size(0), W = gather_slots.size(1), T = rows.size(0);
+  const int64_t* gd = gather_slots.data_ptr<int64_t>();
+  const int32_t* rd = rows.data_ptr<int32_t>();
+  std::vector<std::pair<int64_t, int64_t>> span(B, {W, 0});  // per request: [lo, hi)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t b = rd[3 * t], lo = rd[3 * t + 1], hi = rd[3 * t + 2];
+    if (b < 0 || b >= B || lo < 0 || hi > W) continue;
+    span[b].first = std::min(span[b].first, lo);
+    span[b].second = std::max(span[b].second, hi);
+  }
+  for (size_t b = 0; b < span.size(); ++b)
+    for (int64_t j = span[b].first; j < span[b].second; ++j) {
+      const int64_t slot = gd[b * W + j];
+      if (slot < 0 || slot >= S) continue;  // not a valid slot: the attention call reports it
+      if (!out.empty() && out.back().first + out.back().second == slot)
+        ++out.back().second;
+      else
+        out.push_back({slot, 1});
+    }
+  return out;
+}
+
+void add_slot_runs(augury_cpu::WarmRanges& warm, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                   const Tensor& pool) {
+  const int64_t slot_bytes = pool.size(1) * pool.size(2) * static_cast<int64_t>(pool.element_size());
+  const char* base = static_cast<const char*>(pool.data_ptr());
+  for (const auto& r : runs) warm.add(base + r.first * slot_bytes, r.second * slot_bytes);
+}
+
+// Tests: the lines a step's warming of `pool` prefetches, as [R, 2] int64 (byte offset from the pool's
+// start, 64-byte lines), for a plan (gather_slots, rows) as the attention takes it.
+Tensor kv_warm_lines(const Tensor& gather_slots, const Tensor& rows, const Tensor& pool) {
+  augury_cpu::WarmRanges warm;
+  add_slot_runs(warm, slot_runs(gather_slots, rows, pool.size(0)), pool);
+  auto out = at::empty({static_cast<int64_t>(warm.start.size()), 2}, at::kLong);
+  auto* o = out.data_ptr<int64_t>();
+  const char* base = static_cast<const char*>(pool.data_ptr());
+  for (size_t i = 0; i < warm.start.size(); ++i) {
+    o[2 * i] = warm.start[i] - base;
+    o[2 * i + 1] = warm.lines[i];
+  }
+  return out;
+}
+
 // Layers [0, n) of the stack on h. Per rope r: cos[r], sin[r]; per KV group g: slot_mappings[g],
 // gather_slots[g], rows[g], parallel[g]; per layer i: k_pools[i], v_pools[i].
 Tensor decoder_stack_rows(const c10::intrusive_ptr<LayerStack>& stack, const Tensor& h, int64_t n,
@@ -209,13 +267,31 @@ Tensor decoder_stack_rows(const c10::intrusive_ptr<LayerStack>& stack, const Ten
                   static_cast<int64_t>(parallel.size()) == G && static_cast<int64_t>(sin.size()) == R,
               "decoder_stack_rows: one slot mapping, gather, row plan and flag per KV group; cos and sin per rope");
   if (n == 0) return h.clone();  // the schema promises a new tensor
-  Tensor x = h;
   for (int64_t i = 0; i < n; ++i) {
     const auto& e = stack->layers[i];
     TORCH_CHECK(e.rope >= 0 && e.rope < R && e.group >= 0 && e.group < G, "decoder_stack_rows: layer ", i,
                 " names a rope or KV group the call lacks");
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> runs(G);  // per KV group, built on first use
+  std::vector<bool> have_runs(G, false);
+  augury_cpu::WarmRanges warm;
+  Tensor x = h;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& e = stack->layers[i];
+    augury_cpu::WarmRanges* warm_next = nullptr;
+    if (i + 1 < n) {  // the next layer's K/V slots, warmed during this layer's o_proj and MLP
+      const int64_t g = stack->layers[i + 1].group;
+      if (!have_runs[g]) {
+        runs[g] = slot_runs(gather_slots[g], rows[g], k_pools[i + 1].size(0));
+        have_runs[g] = true;
+      }
+      warm = augury_cpu::WarmRanges();
+      add_slot_runs(warm, runs[g], k_pools[i + 1]);
+      add_slot_runs(warm, runs[g], v_pools[i + 1]);
+      warm_next = &warm;
+    }
     x = layer_forward(e.args, x, cos[e.rope], sin[e.rope], k_pools[i], v_pools[i], slot_mappings[e.group],
-                      gather_slots[e.group], rows[e.group], e.scale, parallel[e.group] != 0);
+                      gather_slots[e.group], rows[e.group], e.scale, parallel[e.group] != 0, warm_next);
   }
   return x;
 }
@@ -232,9 +308,11 @@ TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
   m.def("decoder_stack_rows(__torch__.torch.classes.augury_cpu.LayerStack stack, Tensor h, int n, Tensor[] cos, "
         "Tensor[] sin, Tensor(a!)[] k_pools, Tensor(b!)[] v_pools, Tensor[] slot_mappings, Tensor[] gather_slots, "
         "Tensor[] rows, int[] parallel) -> Tensor");
+  m.def("kv_warm_lines(Tensor gather_slots, Tensor rows, Tensor pool) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
   m.impl("decoder_layer_rows", &decoder_layer_rows);
   m.impl("decoder_stack_rows", &decoder_stack_rows);
+  m.impl("kv_warm_lines", &kv_warm_lines);
 }

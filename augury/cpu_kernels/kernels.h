@@ -4,12 +4,47 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace augury_cpu {
 
-// int4_gemm.cpp: x [M, K] float32 -> [M, N] float32
-at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sz, int64_t group_size);
+// Memory a product warms into L2 while it runs, for whatever reads it next: decoder_layer.cpp
+// passes the next layer's K/V slots to the products between a layer's attention and the next
+// one's, so that attention finds its keys in cache rather than in DRAM (a decode step's K/V is cold:
+// the weights streamed through the caches since the last step). Byte ranges as 64-byte lines,
+// merged when contiguous; a product prefetches lines [first, first + count), each of its threads
+// an equal share, one line per weight block it multiplies (int4_gemm.cpp kWarmLinesPerBlock).
+struct WarmRanges {
+  std::vector<const char*> start;  // 64-byte aligned
+  std::vector<int64_t> lines;
+  int64_t total = 0;
+  int64_t first = 0, count = 0;  // the window the next product prefetches
+  void add(const void* p, int64_t bytes) {
+    if (bytes <= 0) return;
+    const auto a = reinterpret_cast<uintptr_t>(p), lo = a & ~uintptr_t(63), hi = (a + bytes + 63) & ~uintptr_t(63);
+    const int64_t n = static_cast<int64_t>((hi - lo) / 64);
+    if (!start.empty() && reinterpret_cast<uintptr_t>(start.back()) + 64 * lines.back() == lo) {
+      lines.back() += n;
+    } else {
+      start.push_back(reinterpret_cast<const char*>(lo));
+      lines.push_back(n);
+    }
+    total += n;
+  }
+  // the next product's window: the `capacity` lines after the previous window
+  void next_window(int64_t capacity) {
+    first += count;
+    count = std::max<int64_t>(0, std::min(capacity, total - first));
+  }
+};
+
+// int4_gemm.cpp: x [M, K] float32 -> [M, N] float32; `warm`: its window of lines to prefetch meanwhile
+// (or null). int4_warm_capacity: how many lines one such call prefetches at most (one per block it runs).
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sz, int64_t group_size,
+                   const WarmRanges* warm = nullptr);
+int64_t int4_warm_capacity(const at::Tensor& packed, int64_t rows);
 
 // rms_norm.cpp: rows of D floats, y = x / sqrt(mean(x^2) + eps) (the op rms_norm, on raw rows)
 void rms_norm_rows(const float* x, float* y, int64_t rows, int64_t D, float eps);

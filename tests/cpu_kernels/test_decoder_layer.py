@@ -169,3 +169,31 @@ def test_layers_it_does_not_cover_are_not_eligible(engine):
         assert not cpu_decode.eligible(layer, h, gm, engine.pool.k[0])
     finally:
         cpu_decode.FORCE = None
+
+
+def _lines_read(gather, rows, pool):
+    """The 64-byte lines (offsets from the pool's start) holding the slots the attention reads."""
+    slot_bytes = pool.shape[1] * pool.shape[2] * pool.element_size()
+    lines = set()
+    for b, lo, hi in rows.tolist():
+        for slot in gather[b, lo:hi].tolist():
+            if 0 <= slot < pool.shape[0]:
+                lines.update(range(slot * slot_bytes // 64, ((slot + 1) * slot_bytes + 63) // 64))
+    return lines
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_warming_covers_exactly_the_slots_attention_reads(native, dtype) -> None:
+    """The stack warms each next layer's K/V during the products before its attention (kernels.h
+    WarmRanges): the lines it prefetches are those of the slots the plan reads, each request's once
+    (a verify window's rows share their keys), contiguous slots merged into one range, and slots a
+    bad plan names outside the pool left out (the attention call reports those)."""
+    pool = torch.zeros(64, 3, 24, dtype=dtype)  # 144 or 288 bytes a slot: slots straddle lines
+    gather = torch.tensor([[5, 6, 7, 8, 20, 21, 0, 0], [30, 31, 32, 40, 41, 42, 43, 99]])
+    rows = torch.tensor([[0, 0, 6], [1, 0, 5], [1, 0, 6], [1, 2, 7], [1, 0, 8]], dtype=torch.int32)
+    got = torch.ops.augury_cpu.kv_warm_lines(gather, rows, pool)
+    lines = [o // 64 + i for o, n in got.tolist() for i in range(n)]
+    assert len(lines) == len(set(lines)) and set(lines) == _lines_read(gather, rows, pool)
+    assert got.shape[0] == 4  # runs 5-8, 20-21, 30-32, 40-43 (slot 99 is outside the pool)
+    # a plan the attention would reject warms nothing
+    assert torch.ops.augury_cpu.kv_warm_lines(gather, rows.long(), pool).shape[0] == 0

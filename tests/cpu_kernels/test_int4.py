@@ -95,4 +95,9 @@ def test_bad_shapes_are_clear_errors() -> None:
         int4_mm(torch.randn(1, 32), p, sz, 32)
     with pytest.raises(ValueError, match="N % 16"):
         pack_nibbles(torch.zeros(10, 64, dtype=torch.uint8))
+    # a group is 32 times a power of two (the kernel finds a block's group by a shift)
+    q, s, z = _weights(16, 192, 96)
+    p, sz = pack_int4(q, s, z)
+    with pytest.raises(RuntimeError, match="power of two"):
+        int4_mm(torch.randn(1, 192), p, sz, 96)
     assert load()
