@@ -46,14 +46,12 @@ Tensor normed(const Tensor& x, const Tensor& weight, float eps, bool gemma) {
   return y;
 }
 
-// x * cos + roll(x, D/2) * sin_signed for one head row (layers/rope.py apply_rope)
+// x * cos + roll(x, D/2) * sin_signed for one head row (layers/rope.py apply_rope); two loops
+// without the index select so the compiler vectorizes them (elementwise: the same bits)
 inline void rope_row(const float* x, const float* c, const float* s, int64_t D, float* out) {
   const int64_t half = D / 2;
-  for (int64_t i = 0; i < D; ++i) {
-    const float a = x[i] * c[i];
-    const float b = x[i < half ? i + half : i - half] * s[i];
-    out[i] = a + b;
-  }
+  for (int64_t i = 0; i < half; ++i) out[i] = x[i] * c[i] + x[i + half] * s[i];
+  for (int64_t i = half; i < D; ++i) out[i] = x[i] * c[i] + x[i - half] * s[i];
 }
 
 template <typename PT>

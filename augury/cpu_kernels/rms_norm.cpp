@@ -13,7 +13,7 @@
 
 #include "kernels.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -29,6 +29,17 @@ void norm_row(const float* x, float* y, int64_t D, float eps) {
     acc = _mm512_fmadd_ps(v, v, acc);
   }
   ss = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+  // 8 lanes, then a fixed tree (halves, pairs, the last two): a serial chain of D FMAs was ~0.8 us
+  // on a 576-wide row, twice a layer per row (~0.4 ms of an 8-row SmolLM2 step)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= D; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  ss = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)));
 #else
   ss = 0.0f;
 #endif
@@ -38,6 +49,9 @@ void norm_row(const float* x, float* y, int64_t D, float eps) {
 #if defined(__AVX512F__)
   const __m512 rv = _mm512_set1_ps(r);
   for (; i + 16 <= D; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), rv));
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 rv = _mm256_set1_ps(r);
+  for (; i + 8 <= D; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), rv));
 #endif
   for (; i < D; ++i) y[i] = x[i] * r;
 }
