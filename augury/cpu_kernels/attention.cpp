@@ -283,16 +283,6 @@ __m256i key_order8() {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
 }
 
-// lanes combined by a fixed tree (halves, then pairs, then the last two)
-inline float reduce8(__m256 v, bool take_max) {
-  __m128 h = take_max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
-                      : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 s = _mm_movehl_ps(h, h);
-  h = take_max ? _mm_max_ps(h, s) : _mm_add_ps(h, s);
-  s = _mm_shuffle_ps(h, h, 0x55);
-  return _mm_cvtss_f32(take_max ? _mm_max_ss(h, s) : _mm_add_ss(h, s));
-}
-
 // pass 1, keys [j0, j0 + 8) for one query head: s[j] = scale * q . k_j; keys past L get -inf
 template <typename KT>
 void score_block8(const float* q, int64_t D, const KT* kp, const int64_t* slots, int64_t j0, int64_t L,
@@ -386,14 +376,14 @@ void heads_avx2(const float* q, int64_t h0, int64_t h1, int rep, int64_t D, cons
     float* sr = s + i * Lp;
     __m256 vm = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < Lp; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(sr + j));
-    const __m256 m = _mm256_set1_ps(reduce8(vm, true));
+    const __m256 m = _mm256_set1_ps(augury_cpu::reduce8(vm, true));
     __m256 vl = _mm256_setzero_ps();
     for (int64_t j = 0; j < Lp; j += 8) {
       __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(sr + j), m));
       _mm256_storeu_ps(sr + j, p);
       vl = _mm256_add_ps(vl, p);
     }
-    lsum[i] = reduce8(vl, false);
+    lsum[i] = augury_cpu::reduce8(vl, false);
   }
   std::fill(out, out + NH * D, 0.f);
   for (int64_t j0 = 0; j0 < L; j0 += JB) {

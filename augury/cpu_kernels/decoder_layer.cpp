@@ -138,16 +138,19 @@ Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, con
     }
   }
   auto o = augury_cpu::paged_attention_rows(q, k_pool, v_pool, gather_slots, rows, scale, parallel);
-  // the products from here to the next layer's qkv warm that layer's K/V slots (kernels.h WarmRanges)
-  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.o_p, T));
-  auto a = augury_cpu::int4_mm(o.view({T, H * D}), A.o_p, A.o_s, group_size, warm_next);
+  // the products from here to the next layer's qkv warm that layer's K/V slots (kernels.h
+  // WarmRanges), each the next window of lines it has room for
+  auto warm_for = [&](const Tensor& packed) {
+    if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(packed, T));
+    return warm_next;
+  };
+  auto a = augury_cpu::int4_mm(o.view({T, H * D}), A.o_p, A.o_s, group_size, warm_for(A.o_p));
   TORCH_CHECK(a.size(1) == hid, "decoder_layer_rows: o_proj width");
   if (norm_attn_out.has_value()) a = normed(a, *norm_attn_out, ef, gemma);
   auto x = at::empty_like(h);
   add_into(fptr(h), fptr(a), x.data_ptr<float>(), T * hid);
   // MLP (layers/mlp.py GatedMLP): act(gate) * up, gate and up the two halves of one product
-  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.gu_p, T));
-  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), A.gu_p, A.gu_s, group_size, warm_next);
+  auto gu = augury_cpu::int4_mm(normed(x, norm_mlp, ef, gemma), A.gu_p, A.gu_s, group_size, warm_for(A.gu_p));
   const int64_t I = gu.size(1) / 2;
   auto g = act == 0 ? at::silu(gu.slice(1, 0, I)) : at::gelu(gu.slice(1, 0, I), "tanh");  // the module's view
   TORCH_CHECK(g.is_contiguous(), "decoder_layer_rows: activation layout");
@@ -155,8 +158,7 @@ Tensor layer_forward(const LayerArgs& A, const Tensor& h, const Tensor& cos, con
   const float* up = fptr(gu);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < I; ++i) gp[t * I + i] = gp[t * I + i] * up[t * 2 * I + I + i];
-  if (warm_next) warm_next->next_window(augury_cpu::int4_warm_capacity(A.down_p, T));
-  auto m = augury_cpu::int4_mm(g, A.down_p, A.down_s, group_size, warm_next);
+  auto m = augury_cpu::int4_mm(g, A.down_p, A.down_s, group_size, warm_for(A.down_p));
   TORCH_CHECK(m.size(1) == hid, "decoder_layer_rows: down_proj width");
   if (norm_mlp_out.has_value()) m = normed(m, *norm_mlp_out, ef, gemma);
   add_into(fptr(x), fptr(m), x.data_ptr<float>(), T * hid);

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace augury_cpu {
 
 // Memory a product warms into L2 while it runs, for whatever reads it next: decoder_layer.cpp
@@ -39,6 +43,19 @@ struct WarmRanges {
     count = std::max<int64_t>(0, std::min(capacity, total - first));
   }
 };
+
+#if defined(__AVX2__)
+// attention.cpp, rms_norm.cpp: 8 float lanes combined by a fixed tree (halves, then pairs, then the
+// last two), so a sum's bits depend only on its lanes
+inline float reduce8(__m256 v, bool take_max) {
+  __m128 h = take_max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+                      : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s = _mm_movehl_ps(h, h);
+  h = take_max ? _mm_max_ps(h, s) : _mm_add_ps(h, s);
+  s = _mm_shuffle_ps(h, h, 0x55);
+  return _mm_cvtss_f32(take_max ? _mm_max_ss(h, s) : _mm_add_ss(h, s));
+}
+#endif
 
 // int4_gemm.cpp: x [M, K] float32 -> [M, N] float32; `warm`: its window of lines to prefetch meanwhile
 // (or null). int4_warm_capacity: how many lines one such call prefetches at most (one per block it runs).

@@ -30,16 +30,14 @@ void norm_row(const float* x, float* y, int64_t D, float eps) {
   }
   ss = _mm512_reduce_add_ps(acc);
 #elif defined(__AVX2__) && defined(__FMA__)
-  // 8 lanes, then a fixed tree (halves, pairs, the last two): a serial chain of D FMAs was ~0.8 us
+  // 8 lanes, then a fixed tree (kernels.h reduce8): a serial chain of D FMAs was ~0.8 us
   // on a 576-wide row, twice a layer per row (~0.4 ms of an 8-row SmolLM2 step)
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= D; i += 8) {
     __m256 v = _mm256_loadu_ps(x + i);
     acc = _mm256_fmadd_ps(v, v, acc);
   }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  ss = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)));
+  ss = augury_cpu::reduce8(acc, false);
 #else
   ss = 0.0f;
 #endif
