@@ -244,11 +244,15 @@ class CudaGraphDecoder:
         keys = {g: torch.arange(Kp, dtype=torch.long, device=dev) for g, Kp in kps.items()}
         placeholder = {g: torch.ones((Bp, 1, 1, Kp), dtype=torch.bool, device=dev) for g, Kp in kps.items()}
         out = (torch.zeros((n, Bp), dtype=torch.long, device=dev) if n > 1 else None)
+        steps = torch.arange(n, dtype=torch.long, device=dev)
 
         def body() -> torch.Tensor:
             gathers, biases = self._expand(part, keys)
             cur = ids
             logits = None
+            # every step's positions and rope rows in one gather each (a kernel per step each otherwise)
+            all_pos = (pos[None, :] + steps[:, None]).view(-1) if n > 1 else pos
+            all_ropes = {name: r(all_pos) for name, r in self.model.ropes.items()}
             for j in range(n):
                 groups = {}
                 for g, Kp in kps.items():
@@ -257,13 +261,15 @@ class CudaGraphDecoder:
                                        max_kv=Kp, q_index=None, out_index=None)
                     gm._bias[self.dtype] = biases[g][j]
                     groups[g] = gm
-                p = pos + j if j else pos
+                p = all_pos[j * Bp:(j + 1) * Bp]
                 meta = AttentionMetadata(positions=p, groups=groups, num_tokens=Bp, num_seqs=Bp, max_q=1,
                                          uniform=True, query_start=list(range(Bp + 1)))
-                logits = self.model.compute_logits(self.model(cur, p, meta, self.pool))
-                if n > 1:
-                    cur = logits.float().argmax(-1)  # the sampler's greedy choice (ties -> lowest id)
-                    out[j].copy_(cur)
+                ropes = {name: (c[j * Bp:(j + 1) * Bp], s[j * Bp:(j + 1) * Bp]) for name, (c, s) in all_ropes.items()}
+                h = self.model(cur, p, meta, self.pool, ropes=ropes)
+                if n > 1:  # the sampler's greedy choice (ties -> lowest id), straight into the output row
+                    cur = self.model.greedy_ids(h, out=out[j])
+                else:
+                    logits = self.model.compute_logits(h)
             return out if n > 1 else logits
 
         stream = torch.cuda.Stream(dev)

@@ -83,8 +83,8 @@ class ModelRunner:
             step_specs = [SeqSpec(s.num_cached + j, 1, s.block_tables, s.kv_key) for s in specs]
             meta = build_attention_metadata(step_specs, self.pool.block_size, self.windows, self.device,
                                             self.class_ranges)
-            # the sampler's greedy choice: argmax of the float32 logits (ties -> lowest id)
-            cur = self.model.compute_logits(self.model(cur, meta.positions, meta, self.pool)).float().argmax(-1)
+            # the sampler's greedy choice: argmax of the logits (ties -> lowest id)
+            cur = self.model.greedy_ids(self.model(cur, meta.positions, meta, self.pool))
             steps.append(cur)
         toks = torch.stack(steps)
         if toks.device.type != "cuda":

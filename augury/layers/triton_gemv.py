@@ -247,6 +247,37 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
     tl.store(v_dst + HALF, b.to(vp_ptr.dtype.element_ty), mask=is_v)
 
 
+@triton.jit
+def _rms_norm_row_kernel(x_ptr, g_ptr, y_ptr, K, norm_k, eps, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    """y = weight * rms_norm(x) for one row, rounded as the `norm` prologue rounds it."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # x comes from the kernel before
+    dt = y_ptr.dtype.element_ty
+    inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        ok = k < K
+        tl.store(y_ptr + k, _x_in(x_ptr, g_ptr, k, ok, K, inv, 1, dt).to(dt), mask=ok)
+
+
+def rms_norm_row(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool | None = None) -> torch.Tensor:
+    """x [1, K] -> weight * rms_norm(x) [1, K] in one kernel, with the `norm` prologue's rounding (the
+    normalised x rounded to x's dtype, then the product with the weight): the model's final norm
+    in a one-token GPU step (`fused_decode.final_norm`), where the unfused module takes four."""
+    if x.dim() != 2 or x.shape[0] != 1 or weight.shape != (x.shape[1],) or weight.dtype != x.dtype:
+        raise ValueError(f"rms_norm_row: x [1, K] and a weight [K] of its dtype, got {tuple(x.shape)} "
+                         f"{x.dtype} and {tuple(weight.shape)} {weight.dtype}")
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    K = x.shape[1]
+    pdl = pdl_enabled(x.device) if pdl is None else pdl
+    _rms_norm_row_kernel[(1,)](x, weight.contiguous(), y, K, float(K), float(eps),
+                               BLOCK_K=min(4096, triton.next_power_of_2(K)), PDL=pdl, num_warps=4,
+                               **({"launch_pdl": True} if pdl else {}))
+    return y
+
+
 def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int) -> tuple[int, int, dict | None]:
     """(N, K, int4) for a plain [N, K] weight (scales_zeros None; int4 None) or an int4 one as
     `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]

@@ -93,37 +93,40 @@ def merge_splits_kernel(
 
 # ------------------------------------------------------------------ merge in the same launch
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[tuple[torch.device, str], torch.Tensor] = {}
 _RETIRED: list[torch.Tensor] = []  # outgrown counter buffers: captured CUDA graphs may still hold them
 _COUNTERS_LOCK = threading.Lock()
 MIN_COUNTERS = 8192  # int32 each (32 KB); the default split choice needs B x Hkv < 2 x SMs of them
 
 
-def split_counters(device: torch.device, n: int = 0) -> torch.Tensor | None:
+def split_counters(device: torch.device, n: int = 0, owner: str = "attention") -> torch.Tensor | None:
     """The zeroed int32 arrival counters (>= n of them, one per (request, KV head)) that
     `arrive_last` uses on `device`, or None when there are fewer than n and a CUDA graph is
-    being captured on the current stream (the caller then merges with a second launch).
+    being captured on the current stream (the caller then merges with a second launch or
+    another fallback). `owner` names a separate buffer for another kind of kernel
+    (`layers/triton_argmax.py`), so two kernels never count on the same cells.
 
     Persistent by design: each launch leaves them at 0 again, so a captured graph can
     replay; they are created (zeroed) outside any capture, cached per device, grown by
     replacing the buffer, and never freed (an outgrown buffer stays alive in `_RETIRED`,
-    since graphs captured earlier keep its address). One buffer per device: two launches
-    that use it must not run at the same time (e.g. on two streams at once)."""
+    since graphs captured earlier keep its address). One buffer per (device, owner): two
+    launches that use it must not run at the same time (e.g. on two streams at once)."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    buf = _COUNTERS.get(device)
+    key = (device, owner)
+    buf = _COUNTERS.get(key)
     if buf is not None and buf.numel() >= n:
         return buf
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return None
     with _COUNTERS_LOCK:
-        buf = _COUNTERS.get(device)
+        buf = _COUNTERS.get(key)
         if buf is None or buf.numel() < n:
             if buf is not None:
                 _RETIRED.append(buf)
             size = max(MIN_COUNTERS, triton.next_power_of_2(max(1, n)))
-            buf = _COUNTERS[device] = torch.zeros(size, dtype=torch.int32, device=device)
+            buf = _COUNTERS[key] = torch.zeros(size, dtype=torch.int32, device=device)
         return buf
 
 

@@ -9,6 +9,8 @@ The forward contract (the engine's ModelRunner calls exactly this):
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from augury.config import ModelConfig
-from augury.layers import cpu_decode
+from augury.layers import cpu_decode, fused_decode
 from augury.layers.attention import AttentionMetadata, GroupAttnMeta, paged_attention
 from augury.layers.embedding import ScaledEmbedding
 from augury.layers.norm import RMSNorm
@@ -231,11 +233,16 @@ class CausalLM(nn.Module):
 
     # -- forward ------------------------------------------------------------------------
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVPoolView
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVPoolView,
+        ropes: dict | None = None,
     ) -> torch.Tensor:
-        """input_ids, positions [T] -> final-normed hidden [T, hidden]."""
-        ropes = {name: r(positions) for name, r in self.ropes.items()}  # once per step, shared by layers
-        return self.norm(self.run_layers(self.embed_tokens(input_ids), ropes, meta, kv, len(self.layers)))
+        """input_ids, positions [T] -> final-normed hidden [T, hidden]. ropes: this step's rope rows
+        ({name: (cos, sin) [T, 1, D]}, as the `ropes` modules give them for `positions`) when the
+        caller already has them (a decode burst gathers every step's rows at once)."""
+        if ropes is None:
+            ropes = {name: r(positions) for name, r in self.ropes.items()}  # once per step, shared by layers
+        return fused_decode.final_norm(self.norm, self.run_layers(self.embed_tokens(input_ids), ropes, meta, kv,
+                                                                  len(self.layers)))
 
     def run_layers(self, h: torch.Tensor, ropes: dict, meta: AttentionMetadata, kv: KVPoolView, n: int) -> torch.Tensor:
         """The first n layers on h [T, hidden]. A few-row eager CPU step whose layers all take the
@@ -257,11 +264,29 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden] -> logits [N, vocab] float32 (final softcapping applied here)."""
+        return self._head(hidden).float()
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits in the head's own dtype: compute_logits before its float32 copy."""
         logits = self.lm_head(hidden)
         cap = self.cfg.final_logit_softcapping
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
-        return logits.float()
+        return logits
+
+    def greedy_ids(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [N, hidden] -> [N] long: compute_logits(hidden).argmax(-1) exactly (ties -> lowest id),
+        written into `out` when given. On the GPU one launch reads the logits in their own dtype
+        (`layers/triton_argmax.py`; widening to float32 is exact and keeps the order), instead of a
+        float32 copy, torch's one-block reduction and a copy into `out`."""
+        logits = self._head(hidden)
+        if logits.device.type == "cuda" and _argmax_kernel_ok():
+            from augury.layers.triton_argmax import argmax_rows, supported
+
+            if supported(logits):
+                return argmax_rows(logits, out)
+        ids = logits.float().argmax(-1)
+        return ids if out is None else out.copy_(ids)
 
     # -- weights ------------------------------------------------------------------------
     def weight_targets(self) -> dict[str, WeightTarget]:
@@ -304,3 +329,16 @@ class CausalLM(nn.Module):
                     m.weight.copy_(w * std)
                     if getattr(m, "bias", None) is not None:
                         m.bias.zero_()
+
+
+@functools.cache
+def _argmax_kernel_ok() -> bool:
+    """Whether the Triton argmax (`layers/triton_argmax.py`) imports; AUGURY_TRITON_ARGMAX=0 keeps
+    torch's argmax (A/B measurements)."""
+    if os.environ.get("AUGURY_TRITON_ARGMAX", "1") == "0":
+        return False
+    try:
+        import augury.layers.triton_argmax  # noqa: F401
+    except ImportError:
+        return False
+    return True

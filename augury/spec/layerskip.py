@@ -34,6 +34,9 @@ class EarlyExitLM(nn.Module):
     def compute_logits(self, hidden):
         return self.target.compute_logits(hidden)
 
+    def greedy_ids(self, hidden, out=None):
+        return self.target.greedy_ids(hidden, out)
+
 
 def layerskip_drafter(engine: "Engine", num_layers: int | None) -> ModelDrafter:
     cfg = engine.model_config

@@ -82,6 +82,43 @@ def test_norm_prologue_and_residual_epilogue_follow_the_unfused_ops(dtype):
 
 
 @here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("k", [96, 5000])  # one tile, and two with a ragged last one
+def test_final_norm_kernel_follows_the_module(dtype, k):
+    from augury.layers.triton_gemv import rms_norm_row
+
+    x = _rand(1, k, seed=7, dtype=dtype, scale=3.0)
+    norm = RMSNorm(k, 1e-5, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.copy_(_rand(k, seed=8, dtype=dtype))
+    y = rms_norm_row(x, norm.weight, norm.eps)
+    assert y.shape == x.shape and y.dtype == dtype
+    _close(y, norm(x), dtype)
+    with pytest.raises(ValueError, match="rms_norm_row"):
+        rms_norm_row(x.expand(2, k), norm.weight, norm.eps)
+
+
+@here
+def test_final_norm_takes_the_kernel_for_one_row_only(monkeypatch):
+    from augury.layers import triton_gemv
+
+    calls = []
+    real = triton_gemv.rms_norm_row
+    monkeypatch.setattr(triton_gemv, "rms_norm_row", lambda *a, **k: calls.append(1) or real(*a, **k))
+    norm = RMSNorm(64, 1e-6, device=DEV)
+    gemma = RMSNorm(64, 1e-6, gemma_style=True, device=DEV)
+    one, two = _rand(1, 64, seed=9), _rand(2, 64, seed=10)
+    monkeypatch.setattr(fused_decode, "FORCE", True)
+    _close(fused_decode.final_norm(norm, one), norm(one), torch.float32)
+    assert calls == [1]
+    for n, h in ((norm, two), (gemma, one)):  # several rows, a Gemma-style norm: the module
+        assert torch.equal(fused_decode.final_norm(n, h), n(h))
+    monkeypatch.setattr(fused_decode, "FORCE", False)
+    assert torch.equal(fused_decode.final_norm(norm, one), norm(one))
+    assert calls == [1]
+
+
+@here
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_mul_prologue(dtype):
     k, n = 80, 12

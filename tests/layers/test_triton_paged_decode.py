@@ -355,6 +355,8 @@ def test_split_counters_persist_grow_and_stay_alive():
     assert grown.numel() > first.numel() and not grown.any()
     assert any(t is first for t in sk._RETIRED)  # an outgrown buffer is never freed
     assert sk.split_counters(dev, 1) is grown
+    other = sk.split_counters(dev, 1, owner="argmax")  # another kernel's cells are its own
+    assert other is not grown and not other.any()
 
 
 def test_split_choice_is_pure_and_keeps_the_batch_64_grid():
@@ -420,8 +422,9 @@ def test_capture_without_counters_merges_with_a_second_kernel():
     from augury.layers import triton_splitkv as sk
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    if dev in sk._COUNTERS:
-        sk._RETIRED.append(sk._COUNTERS.pop(dev))
+    key = (dev, "attention")
+    if key in sk._COUNTERS:
+        sk._RETIRED.append(sk._COUNTERS.pop(key))
     torch.manual_seed(2)
     B, H, Hkv, D, ctx, bs = 1, 32, 8, 128, 1500, 16
     per = -(-(ctx + 1) // bs)
@@ -435,7 +438,7 @@ def test_capture_without_counters_merges_with_a_second_kernel():
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), torch.cuda.graph(graph):
         got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, num_splits=6)
-    assert dev not in sk._COUNTERS  # nothing was allocated inside the capture
+    assert key not in sk._COUNTERS  # nothing was allocated inside the capture
     graph.replay()
     torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
 
