@@ -244,7 +244,7 @@ class CudaGraphDecoder:
         keys = {g: torch.arange(Kp, dtype=torch.long, device=dev) for g, Kp in kps.items()}
         placeholder = {g: torch.ones((Bp, 1, 1, Kp), dtype=torch.bool, device=dev) for g, Kp in kps.items()}
         out = (torch.zeros((n, Bp), dtype=torch.long, device=dev) if n > 1 else None)
-        steps = torch.arange(n, dtype=torch.long, device=dev)
+        steps = torch.arange(n, dtype=torch.long, device=dev)  # made before the capture: kept alive in `keep`
 
         def body() -> torch.Tensor:
             gathers, biases = self._expand(part, keys)
@@ -283,4 +283,4 @@ class CudaGraphDecoder:
             result = body()
         copied = torch.cuda.Event()
         copied.record()
-        return _Graph(graph, n, layout, host, buf, copied, result, (keys, placeholder))
+        return _Graph(graph, n, layout, host, buf, copied, result, (keys, placeholder, steps))
