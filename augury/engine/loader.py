@@ -91,12 +91,12 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
                                     options=options)
                 for kind in ("one_row", "few_rows", "many_rows")}
 
-    def forward(input_ids: torch.Tensor, positions: torch.Tensor, meta, kv) -> torch.Tensor:
+    def forward(input_ids: torch.Tensor, positions: torch.Tensor, meta, kv, ropes: dict | None = None) -> torch.Tensor:
         if input_ids.device.type != "cpu":  # CPU graphs never read the masks (the op builds its own)
             prepare_masks(meta, dtype)
         n = input_ids.shape[0]
         kind = "one_row" if n == 1 else "few_rows" if n < _MANY_ROWS else "many_rows"
-        return compiled[kind](eager, input_ids, positions, meta, kv)
+        return compiled[kind](eager, input_ids, positions, meta, kv, ropes)
 
     model.forward = forward
 
@@ -106,8 +106,8 @@ def maybe_compile(model: torch.nn.Module, cfg: EngineConfig) -> None:
 _MANY_ROWS = 16
 
 
-def _entry(fwd, input_ids, positions, meta, kv):  # noqa: ANN001 - traced by dynamo
-    return fwd(input_ids, positions, meta, kv)
+def _entry(fwd, input_ids, positions, meta, kv, ropes):  # noqa: ANN001 - traced by dynamo
+    return fwd(input_ids, positions, meta, kv, ropes)
 
 
 def _entry_function(name: str):

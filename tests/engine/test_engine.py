@@ -179,6 +179,12 @@ def test_compiled_forward_gives_the_same_tokens(engine, tiny_llama_dir):
     try:
         assert [r.token_ids for r in c.generate_batch(ps, GREEDY)] == ref
         assert [c.generate(p, GREEDY).token_ids for p in ps] == ref
+        # the compiled entry takes every argument of the model's own forward (CUDA-graph bursts pass `ropes`)
+        import inspect
+
+        model = c.runner.model
+        own = list(inspect.signature(type(model).forward).parameters)[1:]
+        assert list(inspect.signature(model.forward).parameters) == own
     finally:
         c.shutdown()
 
