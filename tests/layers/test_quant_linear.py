@@ -133,6 +133,24 @@ def test_int8_dense_path_matches_kernel(n):
     _assert_matches(kernel, ref, BF16_TOL)
 
 
+@pytest.mark.parametrize("dense", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [50, 4000])
+def test_int8_dense_path_multiplies_in_the_cpu_dense_dtype(monkeypatch, dense, n):
+    """Without bf16 matmul instructions the dense slices multiply in float32 (torch's bf16 matmul is
+    ~8x slower there); the output still has the module's activation dtype."""
+    from augury.layers import quant_linear as ql
+
+    seen = []
+    real = ql.F.linear
+    monkeypatch.setattr(ql, "cpu_dense_dtype", lambda: dense)
+    monkeypatch.setattr(ql.F, "linear", lambda x, w, *a: seen.append((x.dtype, w.dtype)) or real(x, w, *a))
+    m = Int8Linear.from_linear(_linear(576, n))
+    x = torch.randn(INT8_DENSE_MIN_ROWS + 3, 576, dtype=torch.bfloat16)
+    y = m(x)
+    assert y.dtype == torch.bfloat16 and seen and set(seen) == {(dense, dense)}
+    _assert_matches(y, _reference(x, m.dequantize(), m.bias, torch.bfloat16), BF16_TOL)
+
+
 @pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
 @pytest.mark.parametrize("k,n", [(576, 960), (100, 50)])
 def test_fp32_kernels_are_exact(cls, k, n):
