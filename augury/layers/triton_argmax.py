@@ -30,7 +30,6 @@ from augury.layers.triton_splitkv import arrive_last, release_counter, split_cou
 
 BLOCK = 4096  # entries a program reduces (one pass, every load in flight): 32 programs for a 128k vocab
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_LOW = (1 << 32) - 1
 
 
 def supported(logits: torch.Tensor) -> bool:

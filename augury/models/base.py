@@ -5,6 +5,8 @@ parameter names into fused parameters.
 The forward contract (the engine's ModelRunner calls exactly this):
     hidden = model(input_ids [T], positions [T], meta, kv) -> [T, hidden]   (final norm applied)
     logits = model.compute_logits(hidden_rows [N, hidden]) -> [N, vocab] float32
+    ids = model.greedy_ids(hidden_rows [N, hidden]) -> [N] long   (argmax of those logits)
+A CUDA-graph decode burst also passes `ropes=` (every step's rope rows, gathered once).
 """
 
 from __future__ import annotations
