@@ -69,15 +69,15 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
 
 
 def final_norm(norm: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """The model's last norm on h: one kernel (`triton_gemv.rms_norm_row`) in an eager one-token GPU
-    step, the module otherwise. (A compiled step keeps the module: inductor makes it one kernel there.)"""
-    if (h.dim() == 2 and h.shape[0] == 1 and _on() and not torch.compiler.is_compiling() and _llama_norm(norm)
+    """The model's last norm on h: one kernel (`triton_gemv.rms_norm_row`) in a one-token GPU step,
+    the module otherwise. Compiled steps call the same kernel (a custom op): the same bits as eager."""
+    if (h.dim() == 2 and h.shape[0] == 1 and _on() and _llama_norm(norm)
             and h.dtype in (torch.bfloat16, torch.float16, torch.float32) and norm.weight.dtype == h.dtype
             and (h.device.type == "cuda" or (FORCE and os.environ.get("TRITON_INTERPRET") == "1"))
-            and gemv_kernels_ok()):
-        from augury.layers.triton_gemv import rms_norm_row
+            and (torch.compiler.is_compiling() or gemv_kernels_ok())):
+        from augury.layers.triton_gemv import fused_rms_norm_row
 
-        return rms_norm_row(h, norm.weight, norm.eps)
+        return fused_rms_norm_row(h, norm.weight, norm.eps)
     return norm(h)
 
 

@@ -237,6 +237,15 @@ def _native_int4(act_dtype: torch.dtype, group_size: int) -> bool:
     return load()
 
 
+def _native_int8() -> bool:
+    """Whether a CPU Int8Linear's few-row steps run augury's own kernel (augury/cpu_kernels/int8_gemm.cpp):
+    on a 2-core AVX2 EPYC torch's `_weight_int8pack_mm` read SmolLM2's weights at ~6 GB/s in decode.
+    `AUGURY_CPU_KERNELS=0`, or no compiler to build it with, keeps torch's kernel."""
+    from augury.cpu_kernels import load
+
+    return load()
+
+
 # ---------------------------------------------------------------------------- modules
 
 
@@ -357,6 +366,10 @@ class Int8Linear(nn.Module):
         x2 = x2.contiguous()
         if x2.device.type == "cpu" and x2.shape[0] >= self.dense_min_rows:
             y = self._dense_chunked(x2)
+        elif x2.device.type == "cpu" and _native_int8():
+            # augury's kernel (cpu_kernels/int8_gemm.cpp): float32 sums of exact products, rounded to the
+            # activation dtype as torch's kernel rounds its output
+            y = torch.ops.augury_cpu.int8_mm(x2.float(), self.qweight, self.scales).to(x2.dtype)
         elif _use_int8_kernel(x2.device.type, x2.dtype):
             y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
         else:  # per-channel scale commutes with the matmul

@@ -278,6 +278,25 @@ def rms_norm_row(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool | 
     return y
 
 
+# One opaque node for torch.compile, so a compiled one-token step normalizes with the same kernel (and
+# bits) as an eager one.
+@torch.library.custom_op("augury::rms_norm_row", mutates_args=(), schema="(Tensor x, Tensor weight, float eps) -> Tensor")
+def rms_norm_row_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return rms_norm_row(x, weight, eps)
+
+
+@rms_norm_row_op.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+def fused_rms_norm_row(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`rms_norm_row`, through the custom op while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return rms_norm_row_op(x, weight, eps)
+    return rms_norm_row(x, weight, eps)
+
+
 def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int) -> tuple[int, int, dict | None]:
     """(N, K, int4) for a plain [N, K] weight (scales_zeros None; int4 None) or an int4 one as
     `Int4Linear` keeps it on CUDA: tinygemm's packed int32 [N / 8, K / (16 T), 32, T / 2]

@@ -229,6 +229,7 @@ def test_compiled_step_calls_the_fused_op_and_equals_eager():
         torch._dynamo.reset()
     assert sum("augury.gemv" in s for s in seen) == 6  # 2 layers x 3 products ...
     assert sum("augury.qkv_rope_kv" in s for s in seen) == 2  # ... + qkv with rope and the K/V write
+    assert sum("augury.rms_norm_row" in s for s in seen) == 1  # the final norm: eager's kernel, eager's bits
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
