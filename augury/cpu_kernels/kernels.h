@@ -45,8 +45,8 @@ struct WarmRanges {
 };
 
 #if defined(__AVX2__)
-// attention.cpp, rms_norm.cpp: 8 float lanes combined by a fixed tree (halves, then pairs, then the
-// last two), so a sum's bits depend only on its lanes
+// attention.cpp, rms_norm.cpp, int8_gemm.cpp: 8 float lanes combined by a fixed tree (halves, then
+// pairs, then the last two), so a sum's bits depend only on its lanes
 inline float reduce8(__m256 v, bool take_max) {
   __m128 h = take_max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
                       : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

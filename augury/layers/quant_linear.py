@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from augury.cpu_kernels import load
+
 GROUP_SIZES = (32, 64, 128, 256)
 _N_ALIGN = 16  # CPU int4 pack wants N % 16 == 0 (tinygemm: 8); one padding for both keeps repacks shape-stable
 _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0 and segfaults for K % 8 != 0
@@ -56,8 +58,6 @@ def dense_prefill_pays() -> bool:
     MKL's float32 matmul on the dense copy: 5.3x faster at 16 rows, 2.9x at 64, 1.6x at 512 (and the
     float32 copy costs 4 bytes a weight: 540 MB for SmolLM2). Without the copy every row of every
     step takes the same kernel, so prefill rows get decode's bits. Decided from the instruction set."""
-    from augury.cpu_kernels import load
-
     isa = torch.ops.augury_cpu.int4_isa() if load() else None
     return dense_copy_rule(cpu_dense_dtype() == torch.bfloat16, isa)
 
@@ -232,8 +232,6 @@ def _native_int4(act_dtype: torch.dtype, group_size: int) -> bool:
     bf16 ones. `AUGURY_CPU_KERNELS=0`, or no compiler to build it with, keeps torch's kernel."""
     if act_dtype != torch.bfloat16 or group_size % 32:
         return False
-    from augury.cpu_kernels import load
-
     return load()
 
 
@@ -241,8 +239,6 @@ def _native_int8() -> bool:
     """Whether a CPU Int8Linear's few-row steps run augury's own kernel (augury/cpu_kernels/int8_gemm.cpp):
     on a 2-core AVX2 EPYC torch's `_weight_int8pack_mm` read SmolLM2's weights at ~6 GB/s in decode.
     `AUGURY_CPU_KERNELS=0`, or no compiler to build it with, keeps torch's kernel."""
-    from augury.cpu_kernels import load
-
     return load()
 
 
