@@ -132,15 +132,36 @@ def _gemv_kernel(
     n_ok = rows < N
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one: loads need no row mask
     dt = y_ptr.dtype.element_ty
-    acc = _dense_rows(w_ptr, x_ptr, g_ptr, rows_c, K, s_wn, eps, norm_k, PRO=PRO, PDL=PDL,
-                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EVEN_K=EVEN_K, VEC=VEC, dt=dt, EARLY_W=EARLY_W)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + rows_c[:, None].to(tl.int64) * s_wn
+    # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
+    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes);
+    # with EARLY_W off it is loaded after the wait (the benchmarks compare the two: gemv_gpu)
+    if PDL and not EARLY_W:
+        tl.extra.cuda.gdc_wait()
+    if EVEN_K:
+        w = tl.load(w_rows + offs_k[None, :])
+    else:
+        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+    if PDL and EARLY_W:
+        tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
+    # the epilogue's own inputs are loaded now, in flight during the product: loaded after it,
+    # each was one more dependent L2 read at the end of every program (the critical path's tail)
+    if RESIDUAL:
+        r = tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)
+    if ROPE_KV:
+        c_lo, c_hi, s_lo, s_hi, slot = _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF=HALF, P=BLOCK_N // 2)
+    acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                      VEC=VEC, dt=dt)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
-        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
-                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+        _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, y_ptr, kp_ptr, vp_ptr,
+                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
     else:
         if RESIDUAL:
-            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32), dt).to(dt)
+            y = _rnd(y.to(tl.float32) + r, dt).to(dt)
         tl.store(y_ptr + rows, y, mask=n_ok)
 
 
@@ -175,26 +196,12 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 
 
 @triton.jit
-def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constexpr, PDL: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, VEC: tl.constexpr,
-                dt: tl.constexpr, EARLY_W: tl.constexpr = True):
-    """sum_k W[rows, k] * prologue(x)[k] in fp32, W a plain [N, K] weight (row stride s_wn).
-    EARLY_W: the first weight tile is loaded before the PDL wait (else after it)."""
+def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr):
+    """sum_k W[rows, k] * prologue(x)[k] in fp32 for a plain [N, K] weight whose rows start at
+    w_rows [BLOCK_N, 1] pointers; w: its first [BLOCK_N, BLOCK_K] tile, already loaded (the
+    caller issues it before the PDL wait)."""
     offs_k = tl.arange(0, BLOCK_K)
-    w_rows = w_ptr + rows[:, None].to(tl.int64) * s_wn
-    # the first weight tile depends on no earlier kernel: with programmatic dependent launch it
-    # is in flight while the kernel before this one finishes (gdc_wait then waits for its writes);
-    # with EARLY_W off it is loaded after the wait (the benchmarks compare the two: gemv_gpu)
-    if PDL and not EARLY_W:
-        tl.extra.cuda.gdc_wait()
-    if EVEN_K:
-        w = tl.load(w_rows + offs_k[None, :])
-    else:
-        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    if PDL and EARLY_W:
-        tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
@@ -215,23 +222,40 @@ def _dense_rows(w_ptr, x_ptr, g_ptr, rows, K, s_wn, eps, norm_k, PRO: tl.constex
 
 
 @triton.jit
-def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
-                      s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
-    """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
-    q heads: rotated into q_ptr [H * D]; k heads: rotated into the K pool row of this step's
-    slot; v heads: into the V pool as they are. The rotation is `apply_rope`'s
-    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it."""
-    dt = q_ptr.dtype.element_ty
-    a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
-    a32, b32 = a.to(tl.float32), b.to(tl.float32)
+def _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF: tl.constexpr, P: tl.constexpr):
+    """What the rope/KV epilogue reads besides the product: the cos / sin_signed entries of rows
+    j0 .. j0 + P and their partners D/2 further, in fp32, and this step's pool slot."""
     d = j0 + tl.arange(0, P)
     c_lo = tl.load(cos_ptr + d).to(tl.float32)
     c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
     s_lo = tl.load(sin_ptr + d).to(tl.float32)
     s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
+    return c_lo, c_hi, s_lo, s_hi, tl.load(slot_ptr).to(tl.int64)
+
+
+@triton.jit
+def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
+                      s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
+    """`_rope_kv_store` with its inputs loaded here (`_rope_inputs`)."""
+    c_lo, c_hi, s_lo, s_hi, slot = _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF=HALF, P=P)
+    _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, q_ptr, kp_ptr, vp_ptr,
+                   s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=P)
+
+
+@triton.jit
+def _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, q_ptr, kp_ptr, vp_ptr,
+                   s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
+    """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
+    q heads: rotated into q_ptr [H * D]; k heads: rotated into the K pool row of this step's
+    slot; v heads: into the V pool as they are. The rotation is `apply_rope`'s
+    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it
+    (c_lo .. slot: `_rope_inputs`)."""
+    dt = q_ptr.dtype.element_ty
+    a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
+    a32, b32 = a.to(tl.float32), b.to(tl.float32)
+    d = j0 + tl.arange(0, P)
     r_lo = _rnd(_rnd(a32 * c_lo, dt) + _rnd(b32 * s_lo, dt), dt).to(dt)
     r_hi = _rnd(_rnd(b32 * c_hi, dt) + _rnd(a32 * s_hi, dt), dt).to(dt)
-    slot = tl.load(slot_ptr).to(tl.int64)
     hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
     is_q = hv < n_q
     is_k = (hv >= n_q) & (hv < n_qk)

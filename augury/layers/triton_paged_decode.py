@@ -129,21 +129,29 @@ def _paged_decode_kernel(
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if PREFETCH:  # the next tile's slots are loaded a tile ahead: its K/V loads need not wait for them
+    bias_rows = bias_ptr + b * s_bb + j[:, None] * s_bj
+    if PREFETCH:
+        # the next tile's slots and mask are loaded a tile ahead: its K/V loads need not wait for
+        # the slots, and its scores not for the mask (loaded in the loop, the mask was an L2 read
+        # issued only once the K tile had arrived: one more dependent round trip per program)
         nxt = tl.load(gather_ptr + b * s_gb + lo + offs_n, mask=lo + offs_n < hi, other=0)
+        nxt_bias = tl.load(bias_rows + (lo + offs_n)[None, :] * s_bn, mask=(lo + offs_n < hi)[None, :],
+                           other=float("-inf"))
     for start in range(lo, hi, BLOCK_N):
         n = start + offs_n
         n_ok = n < hi
         if PREFETCH:
             slots = nxt.to(tl.int64)
+            bias = nxt_bias.to(tl.float32)  # [M, N]
             nxt = tl.load(gather_ptr + b * s_gb + n + BLOCK_N, mask=n + BLOCK_N < hi, other=0)
+            nxt_bias = tl.load(bias_rows + (n + BLOCK_N)[None, :] * s_bn, mask=(n + BLOCK_N < hi)[None, :],
+                               other=float("-inf"))
         else:
             slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
+            bias = tl.load(bias_rows + n[None, :] * s_bn, mask=n_ok[None, :], other=float("-inf")).to(tl.float32)
         ld = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
         v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
-        bias = tl.load(bias_ptr + b * s_bb + j[:, None] * s_bj + n[None, :] * s_bn,
-                       mask=n_ok[None, :], other=float("-inf")).to(tl.float32)  # [M, N]
         if FP32:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:

@@ -184,6 +184,17 @@ def merge_partials(acc_ptr, m_ptr, l_ptr, base, num_splits, rows,
     row_all = (base + offs_s)[:, None] * BLOCK_M + offs_r[None, :]
     m_all = tl.load(m_ptr + row_all, mask=ok_all, other=-1.0e30, cache_modifier=".cg")  # [S, R]
     l_all = tl.load(l_ptr + row_all, mask=ok_all, other=0.0, cache_modifier=".cg")
+    if CHUNK >= SPLITS:
+        # one chunk holds every split: all loads are issued before any is used (one L2 round trip;
+        # the loop below, pipelined after the maxima's use, took two). The same values and sums as
+        # the loop's single pass: w from the maxima already loaded, one sum over [SPLITS, R, D].
+        a_all = tl.load(acc_ptr + row_all[:, :, None] * BLOCK_D + offs_d[None, None, :],
+                        mask=ok_all[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
+        mx = tl.max(m_all, axis=0)  # [R]
+        w_all = tl.exp(m_all - mx[None, :])
+        den = tl.sum(w_all * l_all, axis=0)  # a split with no visible key weighs 0
+        num = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32) + tl.sum(w_all[:, :, None] * a_all, axis=0)  # as the loop's
+        return num / tl.maximum(den, 1.0e-30)[:, None]
     mx = tl.max(m_all, axis=0)  # [R]
     den = tl.sum(tl.exp(m_all - mx[None, :]) * l_all, axis=0)  # a split with no visible key weighs 0
     num = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)

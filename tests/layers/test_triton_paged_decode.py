@@ -320,6 +320,26 @@ def test_one_launch_merge_equals_reference_and_two_launches(splits):
 
 
 @here
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("num_warps", [1, 4])
+def test_one_launch_merge_forms_and_prefetched_tiles(num_warps, prefetch):
+    # 5 splits of 3 rows x 2 heads (8 merge rows) of D = 64: one warp's register budget holds 4
+    # splits' accumulators, so the merge walks them in chunks (its loop); 4 warps hold all 8
+    # (next power of 2) in one chunk (the straight-line merge, every load issued at once). With
+    # prefetch each tile's slots and mask rows are loaded a tile ahead (request 1's later tiles
+    # are masked padding, request 2's rows mask differently: a verify window)
+    from augury.layers.triton_splitkv import merge_chunk
+
+    assert (merge_chunk(5, 8, 64, num_warps) < 8) == (num_warps == 1)
+    q, kp, vp, gm = _case([(79, 1), (3, 1), (17, 3)], seed=22, num_blocks=30)
+    assert split_plan(gm.max_kv, 5, 16)[0] == 5
+    one = _check(q, kp, vp, gm, num_splits=5, block_n=16, num_warps=num_warps, prefetch=prefetch)
+    two = _check(q, kp, vp, gm, num_splits=5, block_n=16, num_warps=num_warps, prefetch=prefetch, one_launch=False)
+    torch.testing.assert_close(one, two, atol=1e-5, rtol=1e-5)
+    assert not _counters().any()
+
+
+@here
 @pytest.mark.parametrize("splits", [2, 3])
 def test_one_launch_merge_sliding_window_softcap_gqa(splits):
     # a window of 37 over 80 keys (the first gathered keys masked) next to a short verify
