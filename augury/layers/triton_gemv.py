@@ -148,20 +148,20 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
     # the epilogue's own inputs are loaded now, in flight during the product: loaded after it,
-    # each was one more dependent L2 read at the end of every program (the critical path's tail)
+    # each was one more dependent L2 read at the end of every program (the critical path's tail).
+    # They stay in their own dtype until the epilogue: a conversion here would be their first use,
+    # and the program would wait for the loads before its first product
     if RESIDUAL:
-        r = tl.load(r_ptr + rows, mask=n_ok, other=0.0).to(tl.float32)
-    if ROPE_KV:
-        c_lo, c_hi, s_lo, s_hi, slot = _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF=HALF, P=BLOCK_N // 2)
+        r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                       VEC=VEC, dt=dt)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
-        _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, y_ptr, kp_ptr, vp_ptr,
-                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
+        _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
+                          s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=BLOCK_N // 2)
     else:
         if RESIDUAL:
-            y = _rnd(y.to(tl.float32) + r, dt).to(dt)
+            y = _rnd(y.to(tl.float32) + r.to(tl.float32), dt).to(dt)
         tl.store(y_ptr + rows, y, mask=n_ok)
 
 
@@ -224,13 +224,11 @@ def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOC
 @triton.jit
 def _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF: tl.constexpr, P: tl.constexpr):
     """What the rope/KV epilogue reads besides the product: the cos / sin_signed entries of rows
-    j0 .. j0 + P and their partners D/2 further, in fp32, and this step's pool slot."""
+    j0 .. j0 + P and their partners D/2 further, and this step's pool slot, as loaded (unconverted:
+    nothing uses them until `_rope_kv_store`)."""
     d = j0 + tl.arange(0, P)
-    c_lo = tl.load(cos_ptr + d).to(tl.float32)
-    c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
-    s_lo = tl.load(sin_ptr + d).to(tl.float32)
-    s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
-    return c_lo, c_hi, s_lo, s_hi, tl.load(slot_ptr).to(tl.int64)
+    return (tl.load(cos_ptr + d), tl.load(cos_ptr + HALF + d), tl.load(sin_ptr + d), tl.load(sin_ptr + HALF + d),
+            tl.load(slot_ptr))
 
 
 @triton.jit
@@ -254,6 +252,8 @@ def _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, q_ptr, kp_ptr, vp_
     a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
     a32, b32 = a.to(tl.float32), b.to(tl.float32)
     d = j0 + tl.arange(0, P)
+    c_lo, c_hi, s_lo, s_hi = c_lo.to(tl.float32), c_hi.to(tl.float32), s_lo.to(tl.float32), s_hi.to(tl.float32)
+    slot = slot.to(tl.int64)
     r_lo = _rnd(_rnd(a32 * c_lo, dt) + _rnd(b32 * s_lo, dt), dt).to(dt)
     r_hi = _rnd(_rnd(b32 * c_hi, dt) + _rnd(a32 * s_hi, dt), dt).to(dt)
     hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape

@@ -142,13 +142,13 @@ def _paged_decode_kernel(
         n_ok = n < hi
         if PREFETCH:
             slots = nxt.to(tl.int64)
-            bias = nxt_bias.to(tl.float32)  # [M, N]
+            bias = nxt_bias  # [M, N], converted where the scores use it
             nxt = tl.load(gather_ptr + b * s_gb + n + BLOCK_N, mask=n + BLOCK_N < hi, other=0)
             nxt_bias = tl.load(bias_rows + (n + BLOCK_N)[None, :] * s_bn, mask=(n + BLOCK_N < hi)[None, :],
                                other=float("-inf"))
         else:
             slots = tl.load(gather_ptr + b * s_gb + n, mask=n_ok, other=0).to(tl.int64)
-            bias = tl.load(bias_rows + n[None, :] * s_bn, mask=n_ok[None, :], other=float("-inf")).to(tl.float32)
+            bias = tl.load(bias_rows + n[None, :] * s_bn, mask=n_ok[None, :], other=float("-inf"))
         ld = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + slots[:, None] * s_kslot, mask=ld, other=0.0).to(cdt)  # [N, BD]
         v = tl.load(v_base + slots[:, None] * s_vslot, mask=ld, other=0.0).to(cdt)
@@ -160,7 +160,7 @@ def _paged_decode_kernel(
         if USE_SOFTCAP:  # s = c * tanh(s / c), tanh through exp (overflow-free form)
             t = tl.exp(-2.0 * tl.abs(s / softcap))
             s = tl.where(s >= 0, 1.0, -1.0) * softcap * (1.0 - t) / (1.0 + t)
-        s = s + bias
+        s = s + bias.to(tl.float32)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
