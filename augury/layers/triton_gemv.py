@@ -86,6 +86,14 @@ def default_config(n: int, k: int) -> GemvConfig:
     return GemvConfig(block_n=8, block_k=bk, num_warps=4)
 
 
+def norm_block(block_k: int, k: int) -> int:
+    """Columns of x the norm prologue loads at once: at least 1,024 (or all K when fewer). Its loop
+    is unrolled 4 times, so at K = 4,096 the sum of squares takes one round of L2 reads instead of
+    the two that qkv's 512-column tiles gave it (qkv 68 registers instead of 69; on the H200 B=1
+    248.5 vs 248.0-248.2 tok/s, one run: docs/benchmarks.md, "Eighteenth session")."""
+    return max(block_k, min(1024, triton.next_power_of_2(k)))
+
+
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
     """True when `gemv` runs x [1, K] against w [N, K]: one row on a CUDA (or interpreted) device,
     a plain floating weight, matching dtypes."""
@@ -116,7 +124,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    VEC: tl.constexpr, EARLY_W: tl.constexpr = True,
+    VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -154,7 +162,7 @@ def _gemv_kernel(
     if RESIDUAL:
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                      VEC=VEC, dt=dt)
+                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -197,14 +205,14 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 
 @triton.jit
 def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr):
+                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for a plain [N, K] weight whose rows start at
     w_rows [BLOCK_N, 1] pointers; w: its first [BLOCK_N, BLOCK_K] tile, already loaded (the
     caller issues it before the PDL wait)."""
     offs_k = tl.arange(0, BLOCK_K)
     inv = 1.0
     if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K)
+        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
     # each thread's VEC adjacent products (one 16-byte load) are added in registers before
     # the running sum: it takes 1/VEC of the registers a [BLOCK_N, BLOCK_K] one would (8 x 1,024
     # tiles at sm_90: 56-94 registers instead of 128-166, so 5-7 programs of 4 warps fit on a
@@ -406,7 +414,7 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
     _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
-        EARLY_W=early_weights,
+        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

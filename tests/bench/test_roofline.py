@@ -28,3 +28,13 @@ def test_derived_scale_copies_are_not_counted_twice():
     m.proj.gemv_scales = transpose_scales(m.proj.scales_zeros)  # as on CUDA, opted in
     m.proj.native_scales = torch.zeros(100)  # the CPU kernel's packed scales
     assert weight_bytes(eng) == want
+
+
+def test_read_bandwidth_readings_are_positive_rates():
+    # both readings (warmed and device-timed; the quick host-timed one kept to compare) divide
+    # the bytes read by a best time: a few MB on the CPU is enough to check the arithmetic runs
+    from augury.bench.roofline import read_bandwidth, read_bandwidth_quick
+
+    for bw in (read_bandwidth(torch.device("cpu"), gib=0.004, warm_s=0.01),
+               read_bandwidth_quick(torch.device("cpu"), gib=0.004)):
+        assert 1e8 < bw < 1e13

@@ -16,7 +16,7 @@ CPU, FRESH = interpreter()
 from augury.layers import fused_decode  # noqa: E402
 from augury.layers.norm import RMSNorm  # noqa: E402
 import triton.language as tl  # noqa: E402
-from augury.layers.triton_gemv import GemvConfig, _rnd, gemv, qkv_rope_kv, supported  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig, _rnd, gemv, norm_block, qkv_rope_kv, supported  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
 cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
@@ -129,6 +129,12 @@ def test_silu_mul_prologue(dtype):
 
 
 @here
+def test_norm_block_reads_x_in_one_round_at_8b_width():
+    # qkv's 512-column tiles, gate_up's 1,024, SmolLM2's 576 columns, the tests' small K
+    assert norm_block(512, 4096) == 1024 and norm_block(1024, 4096) == 1024
+    assert norm_block(1024, 576) == 1024 and norm_block(64, 64) == 64 and norm_block(32, 96) == 128
+
+
 def test_bad_inputs_are_refused():
     w = _rand(8, 64)
     with pytest.raises(ValueError, match="columns"):
