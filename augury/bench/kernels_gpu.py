@@ -39,6 +39,8 @@ from typing import Callable
 
 import torch
 
+from augury.bench.machine import device_read_bandwidth
+
 L2_MULTIPLE_BYTES = 512 << 20  # each case cycles through >= this many bytes of distinct buffers
 MAX_COPIES = 32
 # --sweep searches these cases only (the ones the targets name), each for at most SWEEP_CASE_S
@@ -93,23 +95,11 @@ def time_calls(fns: list[Callable[[], object]], device: torch.device, reps: int 
 
 
 def read_bandwidth(device: torch.device) -> float:
-    """Bytes/s of a large bf16 reduction (reads dominate), best of several."""
+    """Bytes/s of a large bf16 reduction (`machine.device_read_bandwidth`: warmed, device-timed);
+    a nominal 10 GB/s off CUDA (the interpreter's runs only check that the benchmark runs)."""
     if device.type != "cuda":
         return 1e10
-    x = torch.ones(1 << 31, dtype=torch.bfloat16, device=device)  # 4 GiB
-    x.sum()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(8):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        x.sum()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    n = x.numel() * 2
-    del x
-    return n / min(ts)
+    return device_read_bandwidth(device)
 
 
 def coordinate_search(grid: dict[str, list], start: dict, evaluate: Callable[[dict], float],

@@ -83,6 +83,42 @@ def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int 
     return nbytes / best
 
 
+def device_read_bandwidth(device: torch.device, gib: float = 4.0, warm_s: float = 1.0) -> float:
+    """Bytes/s of a reduction over a large bf16 tensor (reads dominate): the best of 8 batches
+    of 5 back-to-back sums, timed on the device, after ~warm_s of sums (the GPU benchmarks'
+    reading: `roofline`, `kernels_gpu`, `gemv_gpu`).
+
+    The warm-up lets the GPU reach its working clocks (it idles at a few hundred MHz, and a
+    reduction timed at once read up to 6% low, by a different amount each run); device-side
+    timing keeps the launch and the host's synchronisation out of the figure (~1% of one sum)."""
+    n = int(gib * 2**30) // 2
+    x = torch.ones(n, dtype=torch.bfloat16, device=device)
+    x.sum()
+    _sync(device)
+    t_end = time.perf_counter() + warm_s
+    while time.perf_counter() < t_end:
+        for _ in range(10):
+            x.sum()
+        _sync(device)
+    best = float("inf")
+    for _ in range(8):
+        if device.type == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                x.sum()
+            stop.record()
+            stop.synchronize()
+            best = min(best, start.elapsed_time(stop) / 1e3 / 5)
+        else:
+            t = time.perf_counter()
+            for _ in range(5):
+                x.sum()
+            best = min(best, (time.perf_counter() - t) / 5)
+    del x
+    return n * 2 / best
+
+
 def measure_matmul(device: torch.device, n: int = 2048, dtype: torch.dtype = torch.float32, iters: int = 10) -> float:
     """Dense matmul rate in FLOP/s (best of `iters`) at the dtype prefill would run in."""
     a = torch.randn(n, n, device=device, dtype=dtype)

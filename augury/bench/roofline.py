@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from augury.bench.machine import device_read_bandwidth as read_bandwidth
 from augury.engine.engine import Engine
 from augury.engine.types import SamplingParams
 
@@ -30,43 +31,9 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def read_bandwidth(device: torch.device, gib: float = 4.0, warm_s: float = 1.0) -> float:
-    """Bytes/s of a reduction over a large bf16 tensor (reads dominate): the best of 8 batches
-    of 5 back-to-back sums, timed on the device, after ~warm_s of sums.
-
-    The warm-up lets the GPU reach its working clocks (it idles at a few hundred MHz, and a
-    reduction timed at once read up to 6% low, by a different amount each run); device-side
-    timing keeps the launch and the host's synchronisation out of the figure (~1% of one sum)."""
-    n = int(gib * 2**30) // 2
-    x = torch.ones(n, dtype=torch.bfloat16, device=device)
-    x.sum()
-    _sync()
-    t_end = time.perf_counter() + warm_s
-    while time.perf_counter() < t_end:
-        for _ in range(10):
-            x.sum()
-        _sync()
-    best = float("inf")
-    for _ in range(8):
-        if device.type == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                x.sum()
-            stop.record()
-            stop.synchronize()
-            best = min(best, start.elapsed_time(stop) / 1e3 / 5)
-        else:
-            t = time.perf_counter()
-            for _ in range(5):
-                x.sum()
-            best = min(best, (time.perf_counter() - t) / 5)
-    del x
-    return n * 2 / best
-
-
 def read_bandwidth_quick(device: torch.device, gib: float = 4.0) -> float:
-    """The earlier reading (best of 10 sums timed from the host, no warm-up), kept to compare."""
+    """The earlier reading (best of 10 sums timed from the host, no warm-up), kept to compare with
+    `read_bandwidth` (`machine.device_read_bandwidth`): right after start-up it read up to 6% low."""
     n = int(gib * 2**30) // 2
     x = torch.ones(n, dtype=torch.bfloat16, device=device)
     x.sum()
