@@ -155,10 +155,10 @@ def _gemv_kernel(
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
-    # the epilogue's own inputs are loaded now, in flight during the product: loaded after it,
-    # each was one more dependent L2 read at the end of every program (the critical path's tail).
-    # They stay in their own dtype until the epilogue: a conversion here would be their first use,
-    # and the program would wait for the loads before its first product
+    # the residual is loaded now, in flight during the product: loaded after it, it was one more
+    # dependent L2 read at the end of every program (H200 B=1 +0.5%). The rope rows and slot stay in
+    # the epilogue: loaded here they raised qkv from 69 to 78 registers and cost 3% (docs/benchmarks.md,
+    # "Eighteenth session")
     if RESIDUAL:
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
