@@ -27,9 +27,12 @@ from augury.cpu_kernels import load
 GROUP_SIZES = (32, 64, 128, 256)
 _N_ALIGN = 16  # CPU int4 pack wants N % 16 == 0 (tinygemm: 8); one padding for both keeps repacks shape-stable
 _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0 and segfaults for K % 8 != 0
-# From this many rows on, dequantizing int8 slices and calling the dense bf16 matmul beats the
-# int8 kernel on CPU (measured 2-10x at 64+ rows, parity around 8-16; the kernel is a GEMV at heart)
-INT8_DENSE_MIN_ROWS = 16
+# From this many rows on, dequantizing int8 slices and calling the dense matmul (`_dense_chunked`)
+# beats the int8 kernel on CPU. Against torch's `_weight_int8pack_mm` parity was at 8-16 rows; augury's
+# kernel (`int8_mm`, a GEMV at heart, linear in the rows) against the float32 dense slices on a 2-core
+# AVX2 EPYC, SmolLM2's four product shapes: 0.42x the time at 8 rows, 0.66x at 16, 0.87x at 24, parity
+# at 32, 1.3-1.6x at 96-128 (docs/benchmarks.md, "Eighteenth session")
+INT8_DENSE_MIN_ROWS = 32
 # Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; where the CPU multiplies bf16
 # in hardware, a bf16 dense copy of the weight is ~3x faster at prefill sizes (512 rows) and ~1.6x at
 # 16 (SmolLM2 shapes, an AVX-512 host); elsewhere no copy is kept (dense_prefill_pays)
