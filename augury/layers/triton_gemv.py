@@ -230,40 +230,23 @@ def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOC
 
 
 @triton.jit
-def _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF: tl.constexpr, P: tl.constexpr):
-    """What the rope/KV epilogue reads besides the product: the cos / sin_signed entries of rows
-    j0 .. j0 + P and their partners D/2 further, and this step's pool slot, as loaded (unconverted:
-    nothing uses them until `_rope_kv_store`)."""
-    d = j0 + tl.arange(0, P)
-    return (tl.load(cos_ptr + d), tl.load(cos_ptr + HALF + d), tl.load(sin_ptr + d), tl.load(sin_ptr + HALF + d),
-            tl.load(slot_ptr))
-
-
-@triton.jit
 def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
-    """`_rope_kv_store` with its inputs loaded here (`_rope_inputs`)."""
-    c_lo, c_hi, s_lo, s_hi, slot = _rope_inputs(cos_ptr, sin_ptr, slot_ptr, j0, HALF=HALF, P=P)
-    _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, q_ptr, kp_ptr, vp_ptr,
-                   s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=P)
-
-
-@triton.jit
-def _rope_kv_store(y, head, j0, c_lo, c_hi, s_lo, s_hi, slot, q_ptr, kp_ptr, vp_ptr,
-                   s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
     """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
     q heads: rotated into q_ptr [H * D]; k heads: rotated into the K pool row of this step's
     slot; v heads: into the V pool as they are. The rotation is `apply_rope`'s
-    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it
-    (c_lo .. slot: `_rope_inputs`)."""
+    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it."""
     dt = q_ptr.dtype.element_ty
     a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
     a32, b32 = a.to(tl.float32), b.to(tl.float32)
     d = j0 + tl.arange(0, P)
-    c_lo, c_hi, s_lo, s_hi = c_lo.to(tl.float32), c_hi.to(tl.float32), s_lo.to(tl.float32), s_hi.to(tl.float32)
-    slot = slot.to(tl.int64)
+    c_lo = tl.load(cos_ptr + d).to(tl.float32)
+    c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
+    s_lo = tl.load(sin_ptr + d).to(tl.float32)
+    s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
     r_lo = _rnd(_rnd(a32 * c_lo, dt) + _rnd(b32 * s_lo, dt), dt).to(dt)
     r_hi = _rnd(_rnd(b32 * c_hi, dt) + _rnd(a32 * s_hi, dt), dt).to(dt)
+    slot = tl.load(slot_ptr).to(tl.int64)
     hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
     is_q = hv < n_q
     is_k = (hv >= n_q) & (hv < n_qk)
