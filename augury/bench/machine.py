@@ -68,9 +68,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int = 10) -> float:
-    """Read bandwidth in bytes/s: best of `iters` sums over a tensor far larger than the caches."""
-    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+def measure_bandwidth(device: torch.device, nbytes: int = 512 << 20, iters: int = 10,
+                      dtype: torch.dtype = torch.float32) -> float:
+    """Read bandwidth in bytes/s: best of `iters` sums over a tensor far larger than the caches, each
+    timed from the host (`device_read_bandwidth` is the GPU benchmarks' warmed, device-timed form)."""
+    x = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=device)
     x.sum()
     _sync(device)
     best = float("inf")

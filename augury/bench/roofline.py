@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from augury.bench.machine import device_read_bandwidth as read_bandwidth
+from augury.bench.machine import device_read_bandwidth as read_bandwidth, measure_bandwidth
 from augury.engine.engine import Engine
 from augury.engine.types import SamplingParams
 
@@ -32,20 +32,9 @@ def _sync() -> None:
 
 
 def read_bandwidth_quick(device: torch.device, gib: float = 4.0) -> float:
-    """The earlier reading (best of 10 sums timed from the host, no warm-up), kept to compare with
+    """The earlier reading (best of 10 bf16 sums timed from the host, no warm-up), kept to compare with
     `read_bandwidth` (`machine.device_read_bandwidth`): right after start-up it read up to 6% low."""
-    n = int(gib * 2**30) // 2
-    x = torch.ones(n, dtype=torch.bfloat16, device=device)
-    x.sum()
-    _sync()
-    ts = []
-    for _ in range(10):
-        t = time.perf_counter()
-        x.sum()
-        _sync()
-        ts.append(time.perf_counter() - t)
-    del x
-    return n * 2 / min(ts)
+    return measure_bandwidth(device, int(gib * 2**30), 10, torch.bfloat16)
 
 
 def matmul_rate(device: torch.device, n: int = 8192) -> float:
