@@ -211,11 +211,30 @@ LAYER_VARIANTS = {
     "attention_no_pdl_8warps": _ON | {"attn": 0, "attn_kw": {"num_warps": 8}},
     "attention_late_o_waits_16x64": _ON | {"attn": 2, "o_early": False,
                                            "attn_kw": {"num_splits": 16, "block_n": 64}},
+    "attention_waits_stages4": _ON | {"attn": 3, "attn_kw": {"num_stages": 4}},
+    "attention_waits_2warps": _ON | {"attn": 3, "attn_kw": {"num_warps": 2}},
+    # every product with two weight tiles in flight before its PDL wait (GemvConfig.early_tiles)
+    "early2": _ON | {"attn": 3, "early_tiles": 2},
+    # qkv warms attention's K/V rows into L2 after its weight tiles (triton_warm modes 1, 2)
+    "warm": _ON | {"attn": 3, "warm": 1},
+    "warm_last": _ON | {"attn": 3, "warm": 2},
+    "early2_warm_last": _ON | {"attn": 3, "early_tiles": 2, "warm": 2},
 }
+# per-product launch overrides on top of attention_waits: name -> {product: (block_n, block_k, num_warps)}
+_CFGS = {
+    "o16x2048w8": {"o_proj": (16, 2048, 8)}, "o8x4096w8": {"o_proj": (8, 4096, 8)},
+    "o4x2048w4": {"o_proj": (4, 2048, 4)}, "o8x1024w4": {"o_proj": (8, 1024, 4)},
+    "o16x4096w8": {"o_proj": (16, 4096, 8)}, "o4x4096w8": {"o_proj": (4, 4096, 8)},
+    "q8x1024w4": {"qkv": (8, 1024, 4)}, "q16x512w8": {"qkv": (16, 512, 8)}, "q8x256w2": {"qkv": (8, 256, 2)},
+    "q8x2048w8": {"qkv": (8, 2048, 8)}, "q16x1024w8": {"qkv": (16, 1024, 8)},
+    "g16x1024w8": {"gate_up": (16, 1024, 8)}, "g8x2048w8": {"gate_up": (8, 2048, 8)},
+    "d8x1024w4": {"down": (8, 1024, 4)}, "d32x1024w8": {"down": (32, 1024, 8)},
+}
+LAYER_VARIANTS.update({f"cfg_{k}": _ON | {"attn": 3, "cfg": v} for k, v in _CFGS.items()})
 
 
 def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
-                      variants: list[str] | None = None, probe: bool = False) -> dict:
+                      variants: list[str] | None = None, probe: bool = False, rounds: int = 1) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
@@ -223,9 +242,11 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     programmatic-dependent-launch choices of `LAYER_VARIANTS` (attention's: AUGURY_ATTN_PDL's
     modes). The difference with and without attention is what attention costs in the chain
     (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`). probe: attention
-    also writes in-kernel timestamps (`triton_probe.stamp`), summarized by `_probe_summary`."""
+    also writes in-kernel timestamps (`triton_probe.stamp`), summarized by `_probe_summary`.
+    rounds: the variant list is timed that many times over, in order (so drift during the run
+    spreads over every variant); each variant keeps every round's figures and their medians."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers.triton_gemv import gemv, qkv_rope_kv
+    from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
 
     dt = torch.bfloat16
@@ -242,39 +263,51 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
+    def cfg(pdl, name):
+        n, k = SHAPES[name][:2]
+        c = GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else default_config(n, k)
+        return replace(c, early_tiles=pdl.get("early_tiles", c.early_tiles))
+
     def layer(L, pdl, attn, i=None):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
-                        early_weights=pdl["early"])
+                        early_weights=pdl["early"], cfg=cfg(pdl, "qkv"), warm_slots=gm.gather_slots,
+                        warm_mode=pdl.get("warm", 0))
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                    times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
-        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"])
-        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"])
-        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"])
+        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
+        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
+                  cfg=cfg(pdl, "gate_up"))
+        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
+             cfg=cfg(pdl, "down"))
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
-    row = {"layers": layers, "ctx": ctx, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
-    for name in variants or LAYER_VARIANTS:
-        pdl = LAYER_VARIANTS[name]
-        v = {"pdl": pdl}
-        for attn in (True, False):
-            t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
-            v["with_attention_us" if attn else "without_attention_us"] = t
-        v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
-        v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
-        if probe:
-            for t in stamps:
-                t.zero_()
-            v["probe_us_per_layer"] = time_calls([lambda L=L, i=i: layer(L, pdl, True, i) for i, L in enumerate(W)],
-                                                 dev)
-            v["probe"] = _probe_summary([t.cpu() for t in stamps])
-            _log(f"attention probe, {name}: {json.dumps(v['probe'])}")
-        row["variants"][name] = v
-        _log(f"layer chain, {name}: {v['with_attention_us']:.1f} us per layer "
-             f"({v['frac_bw_with_attention']:.1%} of the reading), {v['without_attention_us']:.1f} without "
-             f"attention (attention adds {v['attention_in_chain_us']:.1f})")
+    row = {"layers": layers, "ctx": ctx, "rounds": rounds, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
+    for rnd in range(rounds):
+        for name in variants or LAYER_VARIANTS:
+            pdl = LAYER_VARIANTS[name]
+            v = row["variants"].setdefault(name, {"pdl": pdl, "runs": []})
+            run = {}
+            for attn in (True, False):
+                t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
+                run["with_attention_us" if attn else "without_attention_us"] = t
+            v["runs"].append(run)
+            for key in ("with_attention_us", "without_attention_us"):
+                v[key] = statistics.median(r[key] for r in v["runs"])
+            v["attention_in_chain_us"] = v["with_attention_us"] - v["without_attention_us"]
+            v["frac_bw_with_attention"] = nbytes / (v["with_attention_us"] * 1e-6) / bw
+            if probe and rnd == 0:
+                for t in stamps:
+                    t.zero_()
+                v["probe_us_per_layer"] = time_calls([lambda L=L, i=i: layer(L, pdl, True, i)
+                                                      for i, L in enumerate(W)], dev)
+                v["probe"] = _probe_summary([t.cpu() for t in stamps])
+                _log(f"attention probe, {name}: {json.dumps(v['probe'])}")
+            _log(f"layer chain [{rnd + 1}/{rounds}], {name}: {run['with_attention_us']:.1f} us per layer, "
+                 f"{run['without_attention_us']:.1f} without attention (adds "
+                 f"{run['with_attention_us'] - run['without_attention_us']:.1f})")
     W.clear()
     torch.cuda.empty_cache()
     return row
@@ -326,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
     ap.add_argument("--chains", default="chain,layer_chain", help="which chains to time (bf16 only)")
     ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")
+    ap.add_argument("--ctx", type=int, default=1024, help="layer chain: cached tokens attention reads")
+    ap.add_argument("--rounds", type=int, default=1, help="layer chain: times the variant list is timed over")
     ap.add_argument("--layer-variants", default="attention_waits,attention_no_pdl,pdl,no_pdl",
                     help=f"layer-chain PDL variants, of {','.join(LAYER_VARIANTS)}")
     a = ap.parse_args(argv)
@@ -356,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain and a.weights == "bf16":
         run = {"chain": bench_chain,
-               "layer_chain": lambda d, b: bench_layer_chain(d, b, variants=variants, probe=a.attn_probe)}
+               "layer_chain": lambda d, b: bench_layer_chain(d, b, ctx=a.ctx, variants=variants, probe=a.attn_probe,
+                                                             rounds=a.rounds)}
         for key in chains:
             res[key] = run[key](dev, bw)
             (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))
