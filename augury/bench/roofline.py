@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also record host vs GPU time per decode step (CUDA-graph replays) at the chosen batches")
     ap.add_argument("--b64-burst", type=int, default=0,
                     help="also measure B=64 with decode bursts of this many steps (past burst.py's batch cap)")
+    ap.add_argument("--b1-burst", type=int, default=None,
+                    help="B=1: decode bursts of this many steps instead of the engine's default (8 on CUDA graphs)")
     ap.add_argument("--revision", default="", help="the source revision to record in the JSON")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
@@ -330,11 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         wb = weight_bytes(e)
         limit = bw / wb
         if "b1" in cases:
-            d1 = decode_rate(e, 1, 1024, 128, reps)
+            d1 = decode_rate(e, 1, 1024, 128, reps, burst=a.b1_burst)
             d1n = decode_rate(e, 1, 1024, 128, reps, burst=0)
             rows.append({"case": f"{a.shape} {weights} decode B=1", "tok_s": d1["agg_tok_s"], "limit_tok_s": limit,
                          "fraction": d1["agg_tok_s"] / limit, "weight_GB": wb / 1e9,
-                         "tok_s_no_burst": d1n["agg_tok_s"], "burst": e.core.burst})
+                         "tok_s_no_burst": d1n["agg_tok_s"],
+                         "burst": e.core.burst if a.b1_burst is None else a.b1_burst})
             print(rows[-1], file=sys.stderr, flush=True)
             save()
         if weights == "native" and "b64" in cases:
