@@ -214,14 +214,9 @@ LAYER_VARIANTS = {
                                            "attn_kw": {"num_splits": 16, "block_n": 64}},
     "attention_waits_stages4": _ON | {"attn": 3, "attn_kw": {"num_stages": 4}},
     "attention_waits_2warps": _ON | {"attn": 3, "attn_kw": {"num_warps": 2}},
-    # every product with two weight tiles in flight before its PDL wait (GemvConfig.early_tiles)
-    "early2": _ON | {"attn": 3, "early_tiles": 2},
-    # qkv warms attention's K/V rows into L2 after its weight tiles (triton_warm modes 1, 2)
-    "warm": _ON | {"attn": 3, "warm": 1},
-    "warm_last": _ON | {"attn": 3, "warm": 2},
-    "early2_warm_last": _ON | {"attn": 3, "early_tiles": 2, "warm": 2},
 }
 # per-product launch overrides on top of attention_waits: name -> {product: (block_n, block_k, num_warps)}
+# (none beat the defaults in the chain on the H200: docs/benchmarks.md, "Nineteenth session")
 _CFGS = {
     "o16x2048w8": {"o_proj": (16, 2048, 8)}, "o8x4096w8": {"o_proj": (8, 4096, 8)},
     "o4x2048w4": {"o_proj": (4, 2048, 4)}, "o8x1024w4": {"o_proj": (8, 1024, 4)},
@@ -247,7 +242,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     rounds: the variant list is timed that many times over, in order (so drift during the run
     spreads over every variant); each variant keeps every round's figures and their medians."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
+    from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
 
     dt = torch.bfloat16
@@ -265,15 +260,12 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
     def cfg(pdl, name):
-        n, k = SHAPES[name][:2]
-        c = GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else default_config(n, k)
-        return replace(c, early_tiles=pdl.get("early_tiles", c.early_tiles))
+        return GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else None  # None: the default
 
     def layer(L, pdl, attn, i=None):
         q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
-                        early_weights=pdl["early"], cfg=cfg(pdl, "qkv"), warm_slots=gm.gather_slots,
-                        warm_mode=pdl.get("warm", 0))
+                        early_weights=pdl["early"], cfg=cfg(pdl, "qkv"))
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                    times=None if i is None else stamps[i]).reshape(1, H * D) \

@@ -107,7 +107,7 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
         H, D = attn.num_heads, attn.head_dim
         q = fused_qkv_rope_kv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps,
                               cos=rope[0], sin=rope[1], k_pool=k_pool, v_pool=v_pool, slot=gmeta.slot_mapping,
-                              num_heads=H, num_kv_heads=attn.num_kv_heads, warm_slots=gmeta.gather_slots)
+                              num_heads=H, num_kv_heads=attn.num_kv_heads)
         o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap).reshape(1, H * D)
     else:
         qkv = fused_gemv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps)

@@ -53,11 +53,8 @@ import triton
 import triton.language as tl
 
 from augury.layers.triton_pdl import pdl_enabled
-from augury.layers.triton_warm import mode_from as warm_mode_from, plan as warm_plan, warm, warm_addresses
 
 PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
-_WARM_ENV = os.environ.get("AUGURY_KV_WARM")  # qkv warms attention's K/V rows (`triton_warm`); read once
-_EARLY_ENV = os.environ.get("AUGURY_GEMV_EARLY_TILES")  # default_config's early_tiles (A/B measurements)
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -67,7 +64,6 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
-    early_tiles: int = 1  # weight tiles loaded before the PDL wait (1 or 2; see `gemv`'s early_weights)
 
 
 def default_config(n: int, k: int) -> GemvConfig:
@@ -78,17 +74,7 @@ def default_config(n: int, k: int) -> GemvConfig:
     K >= 2N (down: K = 3.5 N) 16-row blocks over 8 warps; N <= K < 2N (o_proj: N = K) 2,048-column
     tiles over 8 warps; K < N <= 2K (qkv: N = 1.5 K) 512-column tiles; N > 2K (gate_up) and every
     smaller layer 8 rows x 1,024 columns over 4 warps (smaller layers were not swept: there the
-    wider blocks would leave fewer programs than multiprocessors). AUGURY_GEMV_EARLY_TILES (1 or 2)
-    sets `early_tiles` for every shape."""
-    cfg = _default_config(n, k)
-    if _EARLY_ENV is not None:
-        if _EARLY_ENV not in ("1", "2"):
-            raise ValueError(f"AUGURY_GEMV_EARLY_TILES={_EARLY_ENV!r}: use 1 or 2")
-        cfg = replace(cfg, early_tiles=int(_EARLY_ENV))
-    return cfg
-
-
-def _default_config(n: int, k: int) -> GemvConfig:
+    wider blocks would leave fewer programs than multiprocessors)."""
     bk = min(1024, triton.next_power_of_2(k))
     if k >= 2048:
         if k >= 2 * n:
@@ -136,11 +122,9 @@ def _gemv_kernel(
     x_ptr, g_ptr, w_ptr, r_ptr, y_ptr,
     N, K, s_wn, eps, norm_k,
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
-    warm_ptr, n_warm, row_elems,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True, EARLY2: tl.constexpr = False,
-    WARM: tl.constexpr = 0, WARM_PER: tl.constexpr = 1, WARM_LINES: tl.constexpr = 1, WARM_STEP: tl.constexpr = 64,
+    VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -167,9 +151,6 @@ def _gemv_kernel(
         w = tl.load(w_rows + offs_k[None, :])
     else:
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    w1 = w  # EARLY2: the second tile, also in flight before the wait (the loop then starts at it)
-    if EARLY2:
-        w1 = tl.load(w_rows + (offs_k + BLOCK_K)[None, :], mask=(offs_k + BLOCK_K < K)[None, :], other=0.0)
     if PDL and EARLY_W:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
     if PDL:
@@ -180,13 +161,8 @@ def _gemv_kernel(
     # "Eighteenth session")
     if RESIDUAL:
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
-    if WARM:  # qkv: this program's share of the K/V rows attention reads next (`triton_warm`)
-        warm_addr, warm_ok = warm_addresses(warm_ptr, n_warm, kp_ptr, vp_ptr, s_kslot, s_vslot, row_elems, pid,
-                                            tl.num_programs(0), WARM_PER, WARM_LINES, WARM_STEP)
-    acc = _dense_rows(w, w1, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK, EARLY2=EARLY2)
-    if WARM:  # the weight tiles are in: the DRAM would idle until attention's K/V loads
-        warm(warm_addr, warm_ok, WARM)
+    acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK)
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -228,14 +204,11 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 
 
 @triton.jit
-def _dense_rows(w, w1, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr,
-                EARLY2: tl.constexpr = False):
+def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for a plain [N, K] weight whose rows start at
     w_rows [BLOCK_N, 1] pointers; w: its first [BLOCK_N, BLOCK_K] tile, already loaded (the
-    caller issues it before the PDL wait); with EARLY2 also w1, its second (masked past K).
-    EARLY2 peels the loop's first step (the second tile is not loaded again): the same products
-    and sums in the same order, so the same bits."""
+    caller issues it before the PDL wait)."""
     offs_k = tl.arange(0, BLOCK_K)
     inv = 1.0
     if PRO == 1:
@@ -245,13 +218,7 @@ def _dense_rows(w, w1, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, 
     # tiles at sm_90: 56-94 registers instead of 128-166, so 5-7 programs of 4 warps fit on a
     # multiprocessor instead of 3-4)
     acc = tl.zeros([BLOCK_N, BLOCK_K // VEC], dtype=tl.float32)
-    start = 0
-    if EARLY2:
-        xv = _x_in(x_ptr, g_ptr, offs_k, offs_k < K, K, inv, PRO, dt)
-        acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
-        w = w1
-        start = BLOCK_K
-    for k0 in range(start, K, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
         # the next tile is loaded before this one is used (the last iteration's load is masked off)
         kn = k + BLOCK_K
@@ -401,14 +368,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None =
     pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
     r = residual.contiguous() if residual is not None else y
     g = norm_weight.contiguous() if norm_weight is not None else x
-    _launch(cfg, pdl, w4, (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0,
-                           x, 0, 0),
+    _launch(cfg, pdl, w4, (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
             early_weights=early_weights, PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
     return y
 
 
-def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: bool = True, warm_mode: int = 0,
-            **consts) -> None:
+def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: bool = True, **consts) -> None:
     """`_gemv_kernel` over N / block_n programs with the launch parameters of `cfg`, under PDL where
     it is enabled for the device (args[0] is x) unless `pdl` says otherwise; int4 weights (w4) go
     to the split-K kernel of `triton_gemv_w4` (cfg: its `W4SplitConfig`). early_weights: see `gemv`
@@ -420,9 +385,7 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
         if cfg is not None and not isinstance(cfg, triton_gemv_w4.W4SplitConfig):
             raise ValueError("gemv: int4 weights take a triton_gemv_w4.W4SplitConfig")
         x, g, w, r, y, n, k = args[:7]
-        if warm_mode:
-            raise ValueError("gemv: warming the K/V rows is for plain weights")
-        triton_gemv_w4.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:21], pro=consts["PRO"],
+        triton_gemv_w4.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
                               residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
                               group_size=w4["group_size"], ikt=w4["ikt"], cfg=cfg, pdl=pdl,
                               transposed=w4["transposed"])
@@ -431,17 +394,10 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
     cfg = cfg or default_config(n, k)
     if not isinstance(cfg, GemvConfig):
         raise ValueError("gemv: a plain weight takes a GemvConfig")
-    if cfg.early_tiles not in (1, 2):
-        raise ValueError(f"gemv: early_tiles is 1 or 2, got {cfg}")
-    programs = triton.cdiv(n, cfg.block_n)
-    warm_c = {}
-    if warm_mode:  # args[21:24]: the gather slots, their count, a pool row's elements
-        per, lines, step = warm_plan(args[22], programs, args[23], args[12].element_size())
-        warm_c = dict(WARM=warm_mode, WARM_PER=per, WARM_LINES=lines, WARM_STEP=step)
-    _gemv_kernel[(programs,)](
-        *args, **consts, **warm_c, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
+    _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+        *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
-        EARLY_W=early_weights, EARLY2=cfg.early_tiles == 2 and k > cfg.block_k, NORM_BLOCK=norm_block(cfg.block_k, k),
+        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 
@@ -450,18 +406,14 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
                 cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                 slot: torch.Tensor, num_heads: int, num_kv_heads: int,
                 scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-                cfg=None, pdl: bool | None = None, early_weights: bool = True,
-                warm_slots: torch.Tensor | None = None, warm_mode: int | None = None) -> torch.Tensor:
+                cfg=None, pdl: bool | None = None, early_weights: bool = True) -> torch.Tensor:
     """The qkv projection of one token with everything up to attention in its epilogue:
     x [1, hidden] -> q [1, H * D], rope applied; this token's K (rope applied) and V are written
     into row `slot[0]` of k_pool / v_pool [num_slots, Hkv, D] (what `paged_attention` does with
     index_copy_ before it reads the pools). w is the fused [q; k; v] weight [(H + 2 Hkv) D, hidden]
     (or its int4 form, as for `gemv`); the input norm is the prologue, as for
     `gemv(norm_weight=...)`. cos / sin_signed: this position's rope rows [D] (`RotaryEmbedding`),
-    in x's dtype. early_weights: as for `gemv`. warm_slots: the pool slots attention reads next
-    ([max_kv] or [1, max_kv]); once its weight tiles are in, each program asks L2 for a share of
-    those slots' K and V rows (`triton_warm`; warm_mode: one of its modes, None: AUGURY_KV_WARM's;
-    plain weights and whole pool rows only, else nothing is warmed). A hint: the same bits."""
+    in x's dtype. early_weights: as for `gemv`."""
     N, K, w4 = _weight(w, scales_zeros, group_size)
     heads = num_heads + 2 * num_kv_heads
     D = N // heads
@@ -480,18 +432,11 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
             raise ValueError(f"qkv_rope_kv: pools must be [slots, {num_kv_heads}, {D}] with unit stride")
     x = x.contiguous()
     q = torch.empty((1, num_heads * D), dtype=x.dtype, device=x.device)
-    mode = 0
-    if warm_slots is not None and w4 is None and k_pool.stride(1) == D and v_pool.stride(1) == D:
-        warm_slots = warm_slots.reshape(-1)
-        mode = warm_mode_from(_WARM_ENV if warm_mode is None else warm_mode, x.device)
-    else:
-        warm_slots = x
     _launch(cfg, pdl, w4,
             (x, norm_weight.contiguous(), w, q, q, N, K, w.stride(0), float(eps), float(K),
              cos.contiguous(), sin.contiguous(), k_pool, v_pool, slot, k_pool.stride(0), k_pool.stride(1),
-             v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads,
-             warm_slots, warm_slots.numel() if mode else 0, num_kv_heads * D),
-            early_weights=early_weights, warm_mode=mode, PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
+             v_pool.stride(0), v_pool.stride(1), num_heads, num_heads + num_kv_heads),
+            early_weights=early_weights, PRO=PRO_NORM, RESIDUAL=False, ROPE_KV=True, HALF=D // 2)
     return q
 
 
@@ -503,34 +448,32 @@ def _rows_of(w: torch.Tensor, scales_zeros: torch.Tensor | None) -> int:
     "augury::qkv_rope_kv", mutates_args=("k_pool", "v_pool"),
     schema="(Tensor x, Tensor w, Tensor norm_weight, float eps, Tensor cos, Tensor sin, Tensor(a!) k_pool, "
            "Tensor(b!) v_pool, Tensor slot, int num_heads, int num_kv_heads, Tensor? scales_zeros, "
-           "int group_size, Tensor? warm_slots) -> Tensor")
+           "int group_size) -> Tensor")
 def qkv_rope_kv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor, eps: float, cos: torch.Tensor,
                    sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slot: torch.Tensor,
                    num_heads: int, num_kv_heads: int, scales_zeros: torch.Tensor | None,
-                   group_size: int, warm_slots: torch.Tensor | None) -> torch.Tensor:
+                   group_size: int) -> torch.Tensor:
     return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
                        slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads, scales_zeros=scales_zeros,
-                       group_size=group_size, warm_slots=warm_slots)
+                       group_size=group_size)
 
 
 @qkv_rope_kv_op.register_fake
-def _(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads, scales_zeros, group_size,
-      warm_slots):
+def _(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads, scales_zeros, group_size):
     return x.new_empty((1, num_heads * (_rows_of(w, scales_zeros) // (num_heads + 2 * num_kv_heads))))
 
 
 def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, eps: float,
                       cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                       slot: torch.Tensor, num_heads: int, num_kv_heads: int,
-                      scales_zeros: torch.Tensor | None = None, group_size: int = 0,
-                      warm_slots: torch.Tensor | None = None) -> torch.Tensor:
+                      scales_zeros: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
     """`qkv_rope_kv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
         return qkv_rope_kv_op(x, w, norm_weight, eps, cos, sin, k_pool, v_pool, slot, num_heads, num_kv_heads,
-                              scales_zeros, group_size, warm_slots)
+                              scales_zeros, group_size)
     return qkv_rope_kv(x, w, norm_weight=norm_weight, eps=eps, cos=cos, sin=sin, k_pool=k_pool, v_pool=v_pool,
                        slot=slot, num_heads=num_heads, num_kv_heads=num_kv_heads, scales_zeros=scales_zeros,
-                       group_size=group_size, warm_slots=warm_slots)
+                       group_size=group_size)
 
 
 # One opaque node for torch.compile (dynamo cannot trace Triton's launcher); eager calls go

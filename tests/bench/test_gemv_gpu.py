@@ -49,3 +49,30 @@ def test_bad_variant_lists_are_refused(capsys, arg, word):
         gemv_gpu.main(["--layer-variants", arg])
     assert word in capsys.readouterr().err
     assert set(gemv_gpu.LAYER_VARIANTS) >= {"attention_no_pdl", "attention_waits", "pdl", "no_pdl"}
+
+
+def test_layer_chain_rounds_and_launch_overrides(monkeypatch):
+    """The layer chain times each variant once per round, in list order, keeps every round and their
+    median, and hands a `cfg_*` variant's launch parameters to its product only (kernels stubbed:
+    one small layer on the CPU)."""
+    import augury.layers.triton_gemv as tg
+    import augury.layers.triton_paged_decode as tpd
+
+    seen, order = [], []
+    monkeypatch.setattr(tg, "gemv", lambda x, w, **kw: seen.append((tuple(w.shape), kw["cfg"])) or
+                        torch.zeros(1, w.shape[0], dtype=x.dtype))
+    monkeypatch.setattr(tg, "qkv_rope_kv", lambda x, w, **kw: seen.append(("qkv", kw["cfg"])) or
+                        torch.zeros(1, 4096, dtype=x.dtype))
+    monkeypatch.setattr(tpd, "paged_decode_attention", lambda q, *a, **kw: order.append(kw["pdl_mode"]) or
+                        torch.zeros(q.shape, dtype=q.dtype))
+    times = iter([120.0, 110.0, 118.0, 111.0, 124.0, 110.0, 122.0, 113.0])
+    monkeypatch.setattr(gemv_gpu, "time_calls", lambda fns, dev: [f() for f in fns] and next(times))
+    row = gemv_gpu.bench_layer_chain(torch.device("cpu"), 4e12, layers=1, ctx=40, rounds=2,
+                                     variants=["attention_waits", "cfg_o16x2048w8"])
+    base, o16 = row["variants"]["attention_waits"], row["variants"]["cfg_o16x2048w8"]
+    assert [r["with_attention_us"] for r in base["runs"]] == [120.0, 124.0]  # rounds interleave the variants
+    assert base["with_attention_us"] == 122.0 and base["attention_in_chain_us"] == 12.0
+    assert o16["with_attention_us"] == 120.0 and o16["without_attention_us"] == 112.0
+    o_cfgs = {c for shape, c in seen if shape == (4096, 4096)}
+    assert o_cfgs == {None, tg.GemvConfig(16, 2048, 8)}  # None: the product's default launch
+    assert {c for shape, c in seen if shape != (4096, 4096)} == {None}

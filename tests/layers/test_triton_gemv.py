@@ -275,53 +275,6 @@ def test_qkv_rope_kv_equals_the_product_rope_and_pool_write(dtype, cfg):
 
 
 @here
-@pytest.mark.parametrize("k", [96, 100, 32])  # three tiles, a ragged third, and one tile (nothing to peel)
-@pytest.mark.parametrize("pro", ["norm", "silu_mul", None])
-def test_two_early_tiles_give_the_same_bits(k, pro):
-    """early_tiles=2 (the second weight tile loaded before the PDL wait, the loop's first step
-    peeled) computes the same sums in the same order as one early tile: bitwise equal."""
-    x, w, r = _rand(1, 2 * k if pro == "silu_mul" else k, seed=60), _rand(13, k, seed=61), _rand(1, 13, seed=62)
-    kw = {"norm": {"norm_weight": _rand(k, seed=63)}, "silu_mul": {"silu_mul": True}, None: {"residual": r}}[pro]
-    one = gemv(x, w, cfg=SMALL, **kw)
-    two = gemv(x, w, cfg=GemvConfig(block_n=4, block_k=32, early_tiles=2), **kw)
-    assert torch.equal(one, two)
-    with pytest.raises(ValueError, match="early_tiles is 1 or 2"):
-        gemv(x, w, cfg=GemvConfig(block_n=4, block_k=32, early_tiles=3), **kw)
-
-
-@here
-@pytest.mark.parametrize("n_slots", [1, 37])  # fewer slots than programs; more (several per program)
-def test_qkv_warming_the_kv_rows_changes_nothing(n_slots):
-    """qkv_rope_kv(warm_slots=...) asks L2 for the gathered slots' K/V rows (under the interpreter:
-    plain loads of the same addresses, which must lie in the pools): q and the pools are bitwise
-    those of the call without it; int4 weights and per-head pool views are left unwarmed."""
-    from augury.layers import triton_warm
-
-    H, Hkv, D, hidden = 4, 2, 16, 64
-    x, w = _rand(1, hidden, seed=70, dtype=torch.bfloat16), _rand((H + 2 * Hkv) * D, hidden, seed=71, dtype=torch.bfloat16)
-    g = _rand(hidden, seed=72, dtype=torch.bfloat16)
-    cos, sin = _rand(D, seed=73, dtype=torch.bfloat16), _rand(D, seed=74, dtype=torch.bfloat16)
-    slot = torch.tensor([3], device=DEV)
-    gather = torch.randint(0, 40, (1, n_slots), generator=torch.Generator().manual_seed(1)).to(DEV)
-    gather[0, -1] = 39  # the pools' last row: its lines end where the pools do
-    outs = []
-    for mode in (0, 1, 2):
-        kp, vp = torch.zeros(40, Hkv, D, device=DEV, dtype=torch.bfloat16), torch.zeros(40, Hkv, D, device=DEV,
-                                                                                          dtype=torch.bfloat16)
-        q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=kp, v_pool=vp, slot=slot,
-                        num_heads=H, num_kv_heads=Hkv, cfg=SMALL, warm_slots=gather, warm_mode=mode)
-        outs.append((q, kp, vp))
-    for q, kp, vp in outs[1:]:
-        assert torch.equal(q, outs[0][0]) and torch.equal(kp, outs[0][1]) and torch.equal(vp, outs[0][2])
-    assert triton_warm.mode_from(None, DEV) == 0 and triton_warm.mode_from("0", DEV) == 0
-    assert triton_warm.mode_from("last", DEV) == (3 if CPU else 2)
-    with pytest.raises(ValueError, match="AUGURY_KV_WARM='on': use one of 0, 1, last"):
-        triton_warm.mode_from("on", DEV)
-    # slots per program, lines per row, elements per line: 8B (8 x 128 bf16 per slot, 1280 slots, 768 programs)
-    assert triton_warm.plan(1280, 768, 1024, 2) == (2, 16, 64) and triton_warm.plan(5, 8, 40, 4) == (1, 2, 32)
-
-
-@here
 def test_bf16_rounding_is_torchs():
     """`_rnd` (the epilogues' explicit fp32 -> bf16 rounding) equals torch's cast, NaN, inf,
     subnormals and ties included."""
@@ -433,31 +386,6 @@ def test_weights_before_or_after_the_wait_on_cuda(early):
         got = gemv(x, w, residual=r, pdl=True, early_weights=early)
         torch.cuda.synchronize()
         assert torch.equal(got, gemv(x.clone(), w, residual=r, pdl=False))
-
-
-@cuda_only
-@pytest.mark.parametrize("mode", [1, 2])
-def test_qkv_warming_on_cuda_after_a_pdl_product(mode):
-    """The 8B qkv shape under PDL after a product that lets it start at once, warming 1,280 slots'
-    K/V rows with each compiled prefetch: bitwise the unwarmed call; two early tiles likewise."""
-    H, Hkv, D = 32, 8, 128
-    w0 = _rand(4096, 1024, seed=80, dtype=torch.bfloat16, scale=0.05)
-    w = _rand((H + 2 * Hkv) * D, 4096, seed=81, dtype=torch.bfloat16, scale=0.02)
-    g = _rand(4096, seed=82, dtype=torch.bfloat16)
-    cos, sin = _rand(D, seed=83, dtype=torch.bfloat16), _rand(D, seed=84, dtype=torch.bfloat16)
-    gather = torch.randint(0, 1400, (1, 1280), device=DEV)
-    slot = torch.tensor([1300], device=DEV)
-    for i, cfg in enumerate([None, GemvConfig(8, 512, 4, early_tiles=2)]):
-        x = gemv(_rand(1, 1024, seed=85 + i, dtype=torch.bfloat16), w0, pdl=True)
-        pools = [torch.randn(1400, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2)]
-        ref = [p.clone() for p in pools]
-        got = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=pools[0], v_pool=pools[1],
-                          slot=slot, num_heads=H, num_kv_heads=Hkv, pdl=True, cfg=cfg, warm_slots=gather,
-                          warm_mode=mode)
-        torch.cuda.synchronize()
-        want = qkv_rope_kv(x.clone(), w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=ref[0], v_pool=ref[1],
-                           slot=slot, num_heads=H, num_kv_heads=Hkv, pdl=False)
-        assert torch.equal(got, want) and torch.equal(pools[0], ref[0]) and torch.equal(pools[1], ref[1])
 
 
 @cuda_only
