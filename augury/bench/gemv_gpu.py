@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -314,8 +314,6 @@ def _probe_summary(stamps: list[torch.Tensor]) -> dict:
     median and the last program at each stamp, and the gap from one layer's last stamp to the
     next layer's first (the products between them). Differences are taken in int64 (the stamps
     are ~1.8e18 ns: float64 alone would round them to 256 ns); a stamp no program wrote is None."""
-    import statistics
-
     names = ("start", "k_tile", "v_tile", "arrived")
     rows, ends = [], []
     for t in stamps:

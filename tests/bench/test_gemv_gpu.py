@@ -54,7 +54,7 @@ def test_bad_variant_lists_are_refused(capsys, arg, word):
 def test_layer_chain_rounds_and_launch_overrides(monkeypatch):
     """The layer chain times each variant once per round, in list order, keeps every round and their
     median, and hands a `cfg_*` variant's launch parameters to its product only (kernels stubbed:
-    one small layer on the CPU)."""
+    one 8B-shaped layer on the CPU)."""
     import augury.layers.triton_gemv as tg
     import augury.layers.triton_paged_decode as tpd
 
@@ -76,3 +76,4 @@ def test_layer_chain_rounds_and_launch_overrides(monkeypatch):
     o_cfgs = {c for shape, c in seen if shape == (4096, 4096)}
     assert o_cfgs == {None, tg.GemvConfig(16, 2048, 8)}  # None: the product's default launch
     assert {c for shape, c in seen if shape != (4096, 4096)} == {None}
+    assert order == [3] * 4  # attention at AUGURY_ATTN_PDL=wait in both variants, both rounds
