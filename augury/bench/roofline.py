@@ -57,9 +57,10 @@ def weight_bytes(engine: Engine) -> int:
     emb = m.embed_tokens.weight
     total = 0
     seen = set()
-    # derived copies (Int4Linear.gemv_scales: the scales again, in the GEMV's order) replace their
-    # originals' reads rather than add to them: the weights' bytes are counted once
-    derived = {b.data_ptr() for n, b in m.named_buffers() if n.endswith(("gemv_scales", "native_scales"))}
+    # derived copies (Int4Linear.gemv_packed / gemv_scales: the weight and scales again, in the GEMV's
+    # order) replace their originals' reads rather than add to them: the weights' bytes are counted once
+    derived = {b.data_ptr() for n, b in m.named_buffers()
+               if n.endswith(("gemv_packed", "gemv_scales", "native_scales"))}
     for t in list(m.parameters()) + list(m.buffers()):
         if t.data_ptr() in seen or t is emb or t.data_ptr() in derived:
             continue

@@ -70,3 +70,62 @@ def unpack(packed: torch.Tensor) -> torch.Tensor:
     q = torch.empty(nt * 8, s * 16 * t, dtype=torch.uint8, device=packed.device)
     q[:, cols] = nib.reshape(nt * 8, -1).to(torch.uint8)
     return q
+
+
+# The one-row GEMV's own layout (`triton_gemv_w4r`): row-major int32 [N, K / 8], word j of a row
+# holding columns 8j..8j+7, nibble b (bits 4b..4b+3) column 8j + ROWS_ORDER[b]: the nibble pairs
+# (b, b + 4) that one LOP3 turns into an fp16x2 register are adjacent columns (2m, 2m + 1).
+ROWS_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def pack_rows(q: torch.Tensor) -> torch.Tensor:
+    """q [N, K] (values 0..15), K % 8 == 0 -> the row-major GEMV layout int32 [N, K / 8], on q's device."""
+    n, k = q.shape
+    if k % 8:
+        raise ValueError(f"the row-major int4 layout needs K % 8 == 0, got {n}x{k}")
+    nib = q.to(torch.int64).view(n, k // 8, 8)[..., list(ROWS_ORDER)]  # nibble b <- column ROWS_ORDER[b]
+    words = (nib << (4 * torch.arange(8, device=q.device))).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def unpack_rows(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of `pack_rows`: int32 [N, K / 8] -> q [N, K] uint8."""
+    n, kw = packed.shape
+    nib = (packed.to(torch.int64)[..., None] >> (4 * torch.arange(8, device=packed.device))) & 15  # [N, KW, 8]
+    q = torch.empty(n, kw, 8, dtype=torch.uint8, device=packed.device)
+    q[..., list(ROWS_ORDER)] = nib.to(torch.uint8)
+    return q.view(n, kw * 8)
+
+
+def rows_from_tinygemm(packed: torch.Tensor) -> torch.Tensor:
+    """tinygemm's int32 layout -> the row-major GEMV layout (on packed's device)."""
+    return pack_rows(unpack(packed))
+
+
+BLOCK_ROWS = 16  # rows per contiguous tile of the blocked GEMV layout
+
+
+def block_rows(packed: torch.Tensor, scales: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row-major layout [N, K / 8] and its int32 scales [N, G] (group 32) -> tile-major copies
+    (same shapes): every tile of BLOCK_ROWS rows x 32 * entries columns contiguous, tiles ordered
+    (row block, K slice), a tile's scales likewise. The GEMV (`triton_gemv_w4r`, its `entries`)
+    then reads each row tile of a K slice as whole 2-4 KB runs instead of 128-byte pieces of rows
+    2-7 KB apart (H200: the LM head 109 -> 97 us)."""
+    n, kw = packed.shape
+    ks = 4 * entries  # words per row of a tile
+    if n % BLOCK_ROWS or kw % ks or scales.shape != (n, kw // 4):
+        raise ValueError(f"block_rows: [{n}, {kw}] words do not split into {BLOCK_ROWS} x {ks}-word tiles "
+                         f"(group 32 scales [{n}, {kw // 4}] only)")
+    r = BLOCK_ROWS
+    w = packed.view(n // r, r, kw // ks, ks).permute(0, 2, 1, 3).contiguous().view(n, kw)
+    s = scales.view(n // r, r, kw // ks, entries).permute(0, 2, 1, 3).contiguous().view(n, kw // 4)
+    return w, s
+
+
+def unblock_rows(packed: torch.Tensor, scales: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of `block_rows`."""
+    n, kw = packed.shape
+    ks, r = 4 * entries, BLOCK_ROWS
+    w = packed.view(n // r, kw // ks, r, ks).permute(0, 2, 1, 3).contiguous().view(n, kw)
+    s = scales.view(n // r, kw // ks, r, entries).permute(0, 2, 1, 3).contiguous().view(n, kw // 4)
+    return w, s

@@ -413,9 +413,11 @@ class Int4Linear(nn.Module):
         # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
-        # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again, transposed to int32 [N, G], for
-        # the one-row GEMV (a thread's consecutive groups are one vector load there; +25% of the packed
-        # nibbles, 20% of nibbles + scales)
+        # CUDA with AUGURY_INT4_GEMV=1: the one-row GEMV's own copy of the weight (`triton_gemv_w4r.pack`:
+        # row-major nibbles in the order its fp16x2 decode wants, tile-major on 8B-sized shapes) and of
+        # the (scale, zero) pairs as int32 [N, G] in the same tile order. Derived from packed /
+        # scales_zeros (not saved); +125% of the packed nibbles (tinygemm keeps its copy for many rows)
+        self.register_buffer("gemv_packed", None, persistent=False)
         self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
         self._plain = self._k_padded == in_features and self._n_padded == out_features and not bias
@@ -480,11 +482,12 @@ class Int4Linear(nn.Module):
         global PACK_GENERATION
         PACK_GENERATION += 1  # every pack ends here (_set_q, a state-dict load)
         if self._layout == "cuda" and _INT4_GEMV_ON:
-            from augury.layers import int4_layout
+            from augury.layers import int4_layout, triton_gemv_w4r
 
-            self.gemv_scales = int4_layout.transpose_scales(self.scales_zeros)
+            self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(
+                self.packed, int4_layout.transpose_scales(self.scales_zeros), self.group_size)
         else:
-            self.gemv_scales = None
+            self.gemv_packed = self.gemv_scales = None
         if self._native:
             from augury.cpu_kernels.int4 import pack_scales
 
@@ -553,9 +556,11 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _gemv_args(self) -> dict:
-        # the transposed copy where it was built (the measured path), else tinygemm's pairs in place
-        sz = self.gemv_scales if self.gemv_scales is not None else self.scales_zeros
-        return {"w": self.packed, "scales_zeros": sz, "group_size": self.group_size}
+        # the GEMV's own copy where it was built (the measured path), else tinygemm's bytes and pairs
+        # in place (`triton_gemv_w4`)
+        if self.gemv_packed is not None:
+            return {"w": self.gemv_packed, "scales_zeros": self.gemv_scales, "group_size": self.group_size}
+        return {"w": self.packed, "scales_zeros": self.scales_zeros, "group_size": self.group_size}
 
     def gemv_weight(self) -> dict | None:
         """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight

@@ -321,17 +321,23 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
         if w.dim() != 2:
             raise ValueError(f"gemv: a plain weight is [N, K], got {tuple(w.shape)} (an int4 weight needs its scales)")
         return w.shape[0], w.shape[1], None
-    if w.dim() != 4 or w.dtype != torch.int32 or w.shape[2] != 32 or 2 * w.shape[3] not in (2, 4, 8) \
-            or not w.is_contiguous():
-        raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2], got "
-                         f"{w.dtype} {tuple(w.shape)}")
-    ikt = 2 * w.shape[3]
-    n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
+    if w.dim() == 2 and w.dtype == torch.int32 and w.is_contiguous():  # `triton_gemv_w4r.pack`'s layout
+        n, k, ikt, layout = w.shape[0], 8 * w.shape[1], 0, "rows"
+    elif w.dim() == 4 and w.dtype == torch.int32 and w.shape[2] == 32 and 2 * w.shape[3] in (2, 4, 8) \
+            and w.is_contiguous():
+        ikt, layout = 2 * w.shape[3], "tinygemm"
+        n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
+    else:
+        raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2] or the "
+                         f"row-major int32 [N, K/8] of triton_gemv_w4r.pack, got {w.dtype} {tuple(w.shape)}")
     if group_size not in (32, 64, 128, 256) or k % group_size:
         raise ValueError(f"gemv: int4 groups are 32-256 columns dividing K={k}, got {group_size}")
     g = k // group_size
     if scales_zeros.dtype == torch.int32 and scales_zeros.shape == (n, g):
         transposed = True  # `Int4Linear.gemv_scales`: a row's consecutive groups are one vector load
+    elif layout == "rows":
+        raise ValueError(f"gemv: a row-major int4 weight takes int32 scales [{n}, {g}] (triton_gemv_w4r.pack), got "
+                         f"{scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
     elif scales_zeros.dtype == torch.bfloat16 and scales_zeros.shape == (g, n, 2):
         transposed, scales_zeros = False, scales_zeros.view(torch.int32).view(g, n)  # tinygemm's, in place
     else:
@@ -340,7 +346,7 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
                          f"{scales_zeros.dtype} {tuple(scales_zeros.shape)} at group {group_size}")
     if not scales_zeros.is_contiguous():
         raise ValueError("gemv: int4 scales must be contiguous")
-    return n, k, dict(scales=scales_zeros, group_size=group_size, ikt=ikt, transposed=transposed)
+    return n, k, dict(scales=scales_zeros, group_size=group_size, ikt=ikt, transposed=transposed, layout=layout)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -380,11 +386,18 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
     (plain weights only)."""
     pdl = pdl_enabled(args[0].device) if pdl is None else pdl
     if w4 is not None:
-        from augury.layers import triton_gemv_w4  # it imports this module's helpers
+        from augury.layers import triton_gemv_w4, triton_gemv_w4r  # they import this module's helpers
 
+        x, g, w, r, y, n, k = args[:7]
+        if w4["layout"] == "rows":
+            if cfg is not None and not isinstance(cfg, triton_gemv_w4r.W4RowsConfig):
+                raise ValueError("gemv: row-major int4 weights take a triton_gemv_w4r.W4RowsConfig")
+            triton_gemv_w4r.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
+                                   residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
+                                   group_size=w4["group_size"], cfg=cfg, pdl=pdl)
+            return
         if cfg is not None and not isinstance(cfg, triton_gemv_w4.W4SplitConfig):
             raise ValueError("gemv: int4 weights take a triton_gemv_w4.W4SplitConfig")
-        x, g, w, r, y, n, k = args[:7]
         triton_gemv_w4.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
                               residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
                               group_size=w4["group_size"], ikt=w4["ikt"], cfg=cfg, pdl=pdl,
@@ -441,7 +454,7 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
 
 
 def _rows_of(w: torch.Tensor, scales_zeros: torch.Tensor | None) -> int:
-    return w.shape[0] if scales_zeros is None else 8 * w.shape[0]
+    return w.shape[0] if scales_zeros is None or w.dim() == 2 else 8 * w.shape[0]
 
 
 @torch.library.custom_op(

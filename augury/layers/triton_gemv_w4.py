@@ -220,6 +220,32 @@ def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7):
 
 
 @triton.jit
+def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr,
+                    slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
+                    HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
+    """A row chunk's output from its K slices' partial sums in the workspace: added in slice order,
+    then the epilogue (residual, or rope and the K/V pool writes)."""
+    if ROPE_KV:
+        D: tl.constexpr = 2 * HALF
+        # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
+        pe = tl.arange(0, 2 * PP)
+        for hh in tl.static_range(NB // D):
+            head = pid_n * (NB // D) + hh
+            for j0 in tl.static_range(0, HALF, PP):
+                rr = head * D + (pe % 2) * HALF + j0 + pe // 2
+                acc = _slice_sum(ws_ptr, N, rr, rr < N, NSPLIT)
+                _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
+                                  slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
+    else:
+        rr = row0 + tl.arange(0, NB)
+        ok = rr < N
+        y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT), dt).to(dt)
+        if RESIDUAL:
+            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
+        tl.store(y_ptr + rr, y, mask=ok)
+
+
+@triton.jit
 def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
             HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
@@ -229,24 +255,8 @@ def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0,
     tl.debug_barrier()
     prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
     if prev == NSPLIT - 1:
-        if ROPE_KV:
-            D: tl.constexpr = 2 * HALF
-            # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
-            pe = tl.arange(0, 2 * PP)
-            for hh in tl.static_range(NB // D):
-                head = pid_n * (NB // D) + hh
-                for j0 in tl.static_range(0, HALF, PP):
-                    rr = head * D + (pe % 2) * HALF + j0 + pe // 2
-                    acc = _slice_sum(ws_ptr, N, rr, rr < N, NSPLIT)
-                    _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
-                                      slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
-        else:
-            rr = row0 + tl.arange(0, NB)
-            ok = rr < N
-            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT), dt).to(dt)
-            if RESIDUAL:
-                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
-            tl.store(y_ptr + rr, y, mask=ok)
+        _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+                        s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
         tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
 
 

@@ -26,6 +26,7 @@ def test_derived_scale_copies_are_not_counted_twice():
     want = m.proj.packed.nbytes + m.proj.scales_zeros.nbytes + m.lm_head.weight.nbytes  # not the embedding
     assert weight_bytes(eng) == want
     m.proj.gemv_scales = transpose_scales(m.proj.scales_zeros)  # as on CUDA, opted in
+    m.proj.gemv_packed = m.proj.packed.clone()  # (the GEMV's own copy of the nibbles)
     m.proj.native_scales = torch.zeros(100)  # the CPU kernel's packed scales
     assert weight_bytes(eng) == want
 
