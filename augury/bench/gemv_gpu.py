@@ -44,9 +44,10 @@ SHAPES = {
 }
 GRID = {"block_n": [2, 4, 8, 16, 32], "block_k": [256, 512, 1024, 2048], "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3]}
-# int4 runs the split-K kernel of `triton_gemv_w4`: its W4SplitConfig
-GRID_W4 = {"block_n": [64, 32, 128], "bko": [2, 4, 1], "rows_per_program": [256, 512, 128, 1024],
-           "num_warps": [4, 8, 2], "stages": [1, 3, 2, 4]}
+# int4 runs the split-K kernel of `triton_gemv_w4r` on its own layout: its W4RowsConfig (the entries
+# per slice stay the default's: a tile-major weight is laid out for them)
+GRID_W4 = {"block_n": [64, 32, 128], "rows_per_program": [256, 512, 128, 1024], "num_warps": [4, 8, 2],
+           "stages": [1, 3, 2, 4]}
 GROUP = 32  # int4 group size (what `--weights int4` quantizes with)
 
 
@@ -65,7 +66,7 @@ def _log(msg: str) -> None:
 
 
 def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: float, int4: bool = False) -> dict:
-    from augury.layers import triton_gemv_w4
+    from augury.layers import triton_gemv_w4, triton_gemv_w4r
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv
 
     N, K, pro, res = SHAPES[name]
@@ -73,9 +74,12 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     nbytes = N * K // 2 + (K // GROUP) * N * 4 if int4 else N * K * 2
     n = copies_for(nbytes)
     if int4:
+        from augury.layers.triton_gemv_w4r import pack_from_tinygemm
+
         ws = [_int4_weight(N, K, dev, i) for i in range(n)]
-        for w in ws:  # the GEMV reads the scales transposed to [N, G], as Int4Linear keeps them
+        for w in ws:  # the scales transposed to [N, G] (the tinygemm-layout GEMV), and the GEMV's own copy
             w["sz_t"] = transpose_scales(w["scales_zeros"])
+            w["rows"], w["rows_sz"] = pack_from_tinygemm(w["w"], w["sz_t"], GROUP)
     else:
         ws = [{"w": torch.randn(N, K, device=dev, dtype=dt) * 0.02} for _ in range(n)]
     kin = 2 * K if pro == "silu_mul" else K
@@ -85,7 +89,9 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     xin = F.silu(x[:, :K]) * x[:, K:] if pro == "silu_mul" else x
 
     def fused(w, cfg=None, pdl=None, in_place=False):
-        if int4:  # the transposed scales copy (Int4Linear.gemv_scales), or tinygemm's pairs in place
+        if int4 and (cfg is None or isinstance(cfg, triton_gemv_w4r.W4RowsConfig)):  # what Int4Linear runs
+            w = {"w": w["rows"], "scales_zeros": w["rows_sz"], "group_size": GROUP}
+        elif int4:  # tinygemm's bytes: the transposed scales copy, or tinygemm's pairs in place
             w = {"w": w["w"], "scales_zeros": w["scales_zeros" if in_place else "sz_t"], "group_size": GROUP}
         return gemv(x, **w, norm_weight=g, eps=1e-5, silu_mul=pro == "silu_mul", residual=r, cfg=cfg, pdl=pdl)
 
@@ -108,15 +114,18 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
     del w32
 
     t_cublas = time_calls([lambda w=w: unfused(w) for w in ws], dev)
-    cfg0 = triton_gemv_w4.default_config(N, K, 8) if int4 else default_config(N, K)
+    cfg0 = triton_gemv_w4r.default_config(N, K) if int4 else default_config(N, K)
     t_fused = time_calls([lambda w=w: fused(w, cfg0) for w in ws], dev)
     t_nopdl = time_calls([lambda w=w: fused(w, cfg0, pdl=False) for w in ws], dev)
-    t_inplace = time_calls([lambda w=w: fused(w, cfg0, in_place=True) for w in ws], dev) if int4 else None
-    # int4: the exact fp32 decode instead of the packed fp16x2 products (W4SplitConfig.half2)
-    cfg32 = replace(cfg0, half2=False) if int4 else None
+    # int4: the earlier GEMV on tinygemm's bytes (`triton_gemv_w4`), its transposed scales / the pairs in place
+    cfg_tg = triton_gemv_w4.default_config(N, K, 8) if int4 else None
+    t_tg = time_calls([lambda w=w: fused(w, cfg_tg) for w in ws], dev) if int4 else None
+    t_inplace = time_calls([lambda w=w: fused(w, cfg_tg, in_place=True) for w in ws], dev) if int4 else None
+    # int4: the tinygemm-layout GEMV's exact fp32 decode instead of the packed fp16x2 products (W4SplitConfig.half2)
+    cfg32 = replace(cfg_tg, half2=False) if int4 else None
     t_f32 = time_calls([lambda w=w: fused(w, cfg32) for w in ws], dev) if int4 else None
     err32 = (fused(ws[0], cfg32).float() - ref).abs().max().item() / max(1e-6, ref.abs().max().item()) if int4 else None
-    # int4: the default with row tiles pipelined through shared memory (W4SplitConfig.stages)
+    # int4: the default with row tiles pipelined through shared memory, or not (W4RowsConfig.stages)
     t_stages = {st: time_calls([lambda w=w: fused(w, replace(cfg0, stages=st)) for w in ws], dev)
                 for st in (1, 2, 3, 4) if st != cfg0.stages} if int4 else {}
     row = {"name": name, "weights": "int4" if int4 else "bf16", "unfused_kernel": "tinygemm" if int4 else "cuBLAS",
@@ -124,11 +133,12 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
            "rel_err": err, "cublas_us": t_cublas, "cublas_frac_bw": nbytes / (t_cublas * 1e-6) / bw,
            "fused_default_us": t_fused, "fused_default_frac_bw": nbytes / (t_fused * 1e-6) / bw,
            "default_config": cfg0.__dict__, "fused_no_pdl_us": t_nopdl,
-           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_scales_in_place_us": t_inplace,
+           "fused_no_pdl_frac_bw": nbytes / (t_nopdl * 1e-6) / bw, "fused_tinygemm_layout_us": t_tg,
+           "fused_scales_in_place_us": t_inplace,
            "fused_fp32_decode_us": t_f32, "fp32_decode_rel_err": err32, "fused_stages_us": t_stages}
     if sweep:
         def evaluate(p: dict) -> float:
-            cfg = triton_gemv_w4.W4SplitConfig(**p) if int4 else GemvConfig(**p)
+            cfg = triton_gemv_w4r.W4RowsConfig(**p) if int4 else GemvConfig(**p)
             return time_calls([lambda w=w: fused(w, cfg) for w in ws], dev, reps=7)
 
         best, best_t, tried = coordinate_search(GRID_W4 if int4 else GRID, dict(cfg0.__dict__), evaluate,
@@ -137,7 +147,8 @@ def bench_shape(name: str, dev: torch.device, bw: float, sweep: bool, deadline: 
                    tried=tried)
     _log(f"{name} ({row['weights']}): {row['unfused_kernel']} {t_cublas:.1f} us ({row['cublas_frac_bw']:.1%}), fused {t_fused:.1f} us "
          f"({row['fused_default_frac_bw']:.1%}; {t_nopdl:.1f} us without PDL"
-         + (f"; {t_inplace:.1f} us on tinygemm's scales in place; {t_f32:.1f} us with the fp32 decode, "
+         + (f"; on tinygemm's bytes {t_tg:.1f} us, {t_inplace:.1f} us with its scales in place, {t_f32:.1f} us "
+            f"with the fp32 decode, "
             f"rel err {err32:.2e}; stages " + ", ".join(f"{k_}: {v:.1f} us" for k_, v in t_stages.items())
             if int4 else "") + ")"
          + (f", best {row['fused_best_us']:.1f} us ({row['fused_best_frac_bw']:.1%}) {row['best_config']}"

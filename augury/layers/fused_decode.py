@@ -81,6 +81,21 @@ def final_norm(norm: nn.Module, h: torch.Tensor) -> torch.Tensor:
     return norm(h)
 
 
+def head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """The LM head on h: the one-row GEMV (`triton_gemv.gemv`) in a one-token GPU step, the module
+    otherwise. On the H200 the GEMV reads the 8B head (1.05 GB bf16) 6.4 us faster than cuBLAS
+    (234.7 vs 241.1 us, docs/benchmarks.md, nineteenth session); an int4 head takes its own GEMV
+    inside `Int4Linear` already."""
+    w = _weight(lm_head, h.dtype) if type(lm_head) is nn.Linear else None
+    if (w is not None and h.dim() == 2 and h.shape[0] == 1 and _on()
+            and (h.device.type == "cuda" or (FORCE and os.environ.get("TRITON_INTERPRET") == "1"))
+            and (torch.compiler.is_compiling() or gemv_kernels_ok())):
+        from augury.layers.triton_gemv import fused_gemv
+
+        return fused_gemv(h, **w)
+    return lm_head(h)
+
+
 def _rope_kv_fusable(attn: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> bool:
     """Whether the qkv kernel can also apply rope and write this token's K/V: plain pools in the
     activation dtype (encoded or several-class stores encode on write), no q/k norm, full-width

@@ -270,7 +270,7 @@ class CausalLM(nn.Module):
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The logits in the head's own dtype: compute_logits before its float32 copy."""
-        logits = self.lm_head(hidden)
+        logits = fused_decode.head(self.lm_head, hidden)
         cap = self.cfg.final_logit_softcapping
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap

@@ -119,6 +119,28 @@ def test_final_norm_takes_the_kernel_for_one_row_only(monkeypatch):
 
 
 @here
+def test_lm_head_takes_the_gemv_for_one_row_only(monkeypatch):
+    from augury.layers import triton_gemv
+
+    calls = []
+    real = triton_gemv.gemv
+    monkeypatch.setattr(triton_gemv, "gemv", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lin = torch.nn.Linear(64, 40, bias=False, device=DEV)
+    with torch.no_grad():
+        lin.weight.copy_(_rand(40, 64, seed=11))
+    biased = torch.nn.Linear(64, 40, bias=True, device=DEV)
+    one, two = _rand(1, 64, seed=12), _rand(2, 64, seed=13)
+    monkeypatch.setattr(fused_decode, "FORCE", True)
+    _close(fused_decode.head(lin, one), lin(one), torch.float32)
+    assert calls == [1]
+    for m, h in ((lin, two), (biased, one)):  # several rows, a bias: the module
+        assert torch.equal(fused_decode.head(m, h), m(h))
+    monkeypatch.setattr(fused_decode, "FORCE", False)
+    assert torch.equal(fused_decode.head(lin, one), lin(one))
+    assert calls == [1]
+
+
+@here
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_mul_prologue(dtype):
     k, n = 80, 12
