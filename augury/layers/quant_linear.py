@@ -213,6 +213,9 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
 # built only when this is on); reading tinygemm's pairs in place measured slower on the large
 # products.
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
+# which bytes that GEMV reads: its own copy (`triton_gemv_w4r`, the default) or, with
+# AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's in place (`triton_gemv_w4`, no weight copy; A/B runs)
+_INT4_GEMV_ROWS = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "rows") != "tinygemm"
 
 
 @functools.lru_cache(maxsize=1)
@@ -484,8 +487,11 @@ class Int4Linear(nn.Module):
         if self._layout == "cuda" and _INT4_GEMV_ON:
             from augury.layers import int4_layout, triton_gemv_w4r
 
-            self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(
-                self.packed, int4_layout.transpose_scales(self.scales_zeros), self.group_size)
+            if _INT4_GEMV_ROWS:
+                self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(
+                    self.packed, int4_layout.transpose_scales(self.scales_zeros), self.group_size)
+            else:
+                self.gemv_packed, self.gemv_scales = None, int4_layout.transpose_scales(self.scales_zeros)
         else:
             self.gemv_packed = self.gemv_scales = None
         if self._native:
@@ -556,11 +562,12 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _gemv_args(self) -> dict:
-        # the GEMV's own copy where it was built (the measured path), else tinygemm's bytes and pairs
-        # in place (`triton_gemv_w4`)
+        # the GEMV's own copy where it was built (the measured path), else tinygemm's bytes with the
+        # transposed scales, or its pairs, in place (`triton_gemv_w4`)
         if self.gemv_packed is not None:
             return {"w": self.gemv_packed, "scales_zeros": self.gemv_scales, "group_size": self.group_size}
-        return {"w": self.packed, "scales_zeros": self.scales_zeros, "group_size": self.group_size}
+        sz = self.gemv_scales if self.gemv_scales is not None else self.scales_zeros
+        return {"w": self.packed, "scales_zeros": sz, "group_size": self.group_size}
 
     def gemv_weight(self) -> dict | None:
         """The keyword arguments that make `augury.layers.triton_gemv.gemv` multiply by this weight

@@ -145,14 +145,18 @@ def test_int4_linear_builds_the_gemv_layout_from_tinygemm_bytes(monkeypatch):
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
     for n, k in ((48, 64), (32, 1024)):  # row-major; tile-major
-        lin = _tinygemm_layout(Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32))
+        lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
+        if not CPU:  # on CUDA: packed for tinygemm by its first forward
+            lin = lin.to(DEV)
+            lin(torch.zeros(1, k, device=DEV, dtype=torch.bfloat16))
+        lin = _tinygemm_layout(lin)
         got = lin.gemv_weight()
         assert got["w"] is lin.gemv_packed and got["scales_zeros"] is lin.gemv_scales
         e = triton_gemv_w4r.blocked_entries(n, k, 32)
         rows, srows = (int4_layout.unblock_rows(lin.gemv_packed, lin.gemv_scales, e) if e
                        else (lin.gemv_packed, lin.gemv_scales))
         assert (e is not None) == (k == 1024)
-        assert torch.equal(int4_layout.unpack_rows(rows), lin.unpack())
+        assert torch.equal(int4_layout.unpack_rows(rows).cpu(), lin.unpack())
         assert torch.equal(srows, int4_layout.transpose_scales(lin.scales_zeros))
         x = _rand(1, k, seed=10, dtype=torch.bfloat16)
         _close(gemv(x, **got), F.linear(x.float(), lin.dequantize().to(DEV).float()))
