@@ -23,7 +23,7 @@ up to the order of the fp32 sums. Written so it also runs under TRITON_INTERPRET
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -43,7 +43,15 @@ class W4RowsConfig:
     stages: int = 1  # > 1: row tiles pipelined through shared memory (Triton's cp.async pipeline)
 
 
+_STAGES = int(os.environ.get("AUGURY_W4R_STAGES", "0"))  # > 0: every shape's default pipelined that deep (A/B runs)
+
+
 def default_config(n: int, k: int) -> W4RowsConfig:
+    cfg = _default_config(n, k)
+    return replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
+
+
+def _default_config(n: int, k: int) -> W4RowsConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid
     and a blocked weight is laid out for them): each Llama-3-8B product's best on the H200
     (docs/benchmarks.md, twentieth session; `.devrun`-style probe over configs)."""
