@@ -213,9 +213,11 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
 # built only when this is on); reading tinygemm's pairs in place measured slower on the large
 # products.
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
-# which bytes that GEMV reads: its own copy (`triton_gemv_w4r`, the default) or, with
-# AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's in place (`triton_gemv_w4`, no weight copy; A/B runs)
-_INT4_GEMV_ROWS = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "rows") != "tinygemm"
+# which bytes that GEMV reads: tinygemm's in place (`triton_gemv_w4`, the default) or, with
+# AUGURY_INT4_GEMV_LAYOUT=rows, its own copy (`triton_gemv_w4r`: each 8B product alone 5-17% faster on
+# the H200, but the whole decode step measured slower, 302 against 363 tok/s; docs/benchmarks.md,
+# twentieth session). A/B switch until the step follows the products
+_INT4_GEMV_ROWS = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "tinygemm") == "rows"
 
 
 @functools.lru_cache(maxsize=1)

@@ -301,8 +301,9 @@ def test_padded_or_biased_int4_layers_are_not_fused():
     off = _tinygemm_layout(Int4Linear.from_linear(nn.Linear(64, 48, bias=False), 32))
     assert off.gemv_weight() is None and off.gemv_scales is None and off.gemv_packed is None  # off: no copies
     quant_linear._INT4_GEMV_ON = True
-    got = _tinygemm_layout(lin).gemv_weight()  # the GEMV's own copy (test_triton_gemv_w4r checks its bytes)
-    assert got["w"] is lin.gemv_packed and got["scales_zeros"] is lin.gemv_scales
+    got = _tinygemm_layout(lin).gemv_weight()  # tinygemm's bytes, the transposed scales (the default layout)
+    assert got["w"] is lin.packed and got["scales_zeros"] is lin.gemv_scales and lin.gemv_packed is None
+    assert torch.equal(lin.gemv_scales.T.contiguous().view(torch.bfloat16), lin.scales_zeros.view(-1, 48 * 2))
 
 
 @here
