@@ -418,10 +418,11 @@ class Int4Linear(nn.Module):
         # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
-        # CUDA with AUGURY_INT4_GEMV=1: the one-row GEMV's own copy of the weight (`triton_gemv_w4r.pack`:
-        # row-major nibbles in the order its fp16x2 decode wants, tile-major on 8B-sized shapes) and of
-        # the (scale, zero) pairs as int32 [N, G] in the same tile order. Derived from packed /
-        # scales_zeros (not saved); +125% of the packed nibbles (tinygemm keeps its copy for many rows)
+        # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again as int32 [N, G] for the one-row GEMV
+        # (+25% of the packed nibbles), and with AUGURY_INT4_GEMV_LAYOUT=rows also the GEMV's own copy of
+        # the nibbles (`triton_gemv_w4r.pack`: row-major in the order its fp16x2 decode wants, tile-major on
+        # 8B-sized shapes, the scales in the same tile order; +100% more: tinygemm keeps its copy for many
+        # rows). Derived from packed / scales_zeros, not saved
         self.register_buffer("gemv_packed", None, persistent=False)
         self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
