@@ -20,15 +20,8 @@ from augury.layers import int4_layout, triton_gemv_w4r  # noqa: E402
 from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
 from augury.layers.triton_gemv import gemv, qkv_rope_kv  # noqa: E402
 from augury.layers.triton_gemv_w4r import W4RowsConfig as R  # noqa: E402
-
-here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
-cuda_only = pytest.mark.skipif(CPU, reason="needs a CUDA device")
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
+# the tinygemm-layout kernel's tests: their device, inputs and markers
+from tests.layers.test_triton_gemv_int4 import DEV, _rand, cuda_only, here  # noqa: E402
 
 
 def _int4(n, k, gs, seed):
@@ -225,16 +218,10 @@ def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
 
 @cuda_only
 def test_replays_in_a_cuda_graph():
+    from tests.layers.test_triton_gemv_int4 import replays_in_a_cuda_graph
+
     packed, sz, _ = _int4(6144, 4096, 32, seed=10)  # several K slices per chunk: the counters reset each replay
-    x, nw = _rand(1, 4096, seed=11, dtype=torch.bfloat16), _rand(4096, seed=12, dtype=torch.bfloat16)
-    gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)
-    for _ in range(2):
-        x.copy_(torch.randn_like(x))
-        graph.replay()
-        torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw), atol=0, rtol=0)
+    replays_in_a_cuda_graph(packed, sz)
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
