@@ -10,8 +10,9 @@ default launch parameters, and with --sweep the best parameters found by coordin
 Times are per call, from CUDA-graph replays over distinct weight copies (several times the
 L2), as in `augury.bench.kernels_gpu`; bandwidth = weight bytes / time, against a read
 bandwidth measured in the same run. Also checks the fused result against the unfused ops.
-`--weights int4` runs the same products on int4 weights (tinygemm's packed layout, group 32),
-against tinygemm's own kernel. bf16 also times two 32-layer chains (`chain`: a layer's four
+`--weights int4` runs the same products on int4 weights (group 32): the row-layout GEMV
+(`triton_gemv_w4r`) at its defaults, the GEMV on tinygemm's bytes and tinygemm's own kernel; with
+`--chains layer_chain` also the whole fused layer on int4 weights in the layout `--int4-layout` names. bf16 also times two 32-layer chains (`chain`: a layer's four
 products back to back; `layer_chain`: the whole fused layer with attention, under several
 programmatic-dependent-launch choices). Writes DIR/gemv_gpu_{bf16,int4}.json.
 """
@@ -55,10 +56,14 @@ def _int4_weight(N: int, K: int, dev: torch.device, seed: int) -> dict:
     """A random int4 weight as `Int4Linear` keeps it on CUDA: tinygemm's packed bytes + bf16 (scale, zero)."""
     from augury.layers.quant_linear import _pack_fn
 
+    from augury.layers.int4_layout import pack
+
     g = torch.Generator(device=dev).manual_seed(seed)
     q = torch.randint(0, 16, (N, K), generator=g, device=dev, dtype=torch.int32)
     sz = (torch.rand(K // GROUP, N, 2, generator=g, device=dev) * 0.01).to(torch.bfloat16)
-    return {"w": _pack_fn("cuda", 8)(q), "scales_zeros": sz, "group_size": GROUP}
+    # off CUDA (tests) the same bytes written out by `int4_layout.pack`
+    w = _pack_fn("cuda", 8)(q) if dev.type == "cuda" else pack(q, 8)
+    return {"w": w, "scales_zeros": sz, "group_size": GROUP}
 
 
 def _log(msg: str) -> None:
@@ -167,7 +172,7 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     dt = torch.bfloat16
     names = ("qkv", "o_proj", "gate_up", "down")
     W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
-         for _ in range(layers)]
+         for i in range(layers)]
     g = torch.rand(4096, device=dev, dtype=dt) + 0.5
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o = torch.randn(1, 4096, device=dev, dtype=dt)
@@ -176,9 +181,9 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
 
     def fused(L, pdl):
         gemv(h, L["qkv"], norm_weight=g, eps=1e-5, pdl=pdl)
-        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl)
+        hh = gemv(o, **L["o_proj"], residual=h, pdl=pdl)
         gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl)
-        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl)
+        gemv(gu, **L["down"], silu_mul=True, residual=hh, pdl=pdl)
 
     def cublas(L):
         F.linear(h, L["qkv"]), F.linear(o, L["o_proj"]), F.linear(h, L["gate_up"]), F.linear(act, L["down"])
@@ -240,8 +245,25 @@ _CFGS = {
 LAYER_VARIANTS.update({f"cfg_{k}": _ON | {"attn": 3, "cfg": v} for k, v in _CFGS.items()})
 
 
+def _chain_weight(N: int, K: int, dev: torch.device, seed: int, int4: str | None) -> dict:
+    """One product's weight as the layer chain passes it to `gemv` / `qkv_rope_kv`: bf16 [N, K]
+    (int4 None), or int4 group 32 in tinygemm's bytes with the transposed scales ("tinygemm") or in
+    the row-layout GEMV's own copy ("rows"), as `Int4Linear` hands them over."""
+    if int4 is None:
+        return {"w": torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02}
+    from augury.layers.triton_gemv_w4r import pack_from_tinygemm
+
+    w = _int4_weight(N, K, dev, seed)
+    szt = transpose_scales(w["scales_zeros"])
+    if int4 == "rows":
+        wr, sr = pack_from_tinygemm(w["w"], szt, GROUP)
+        return {"w": wr, "scales_zeros": sr, "group_size": GROUP}
+    return {"w": w["w"], "scales_zeros": szt, "group_size": GROUP}
+
+
 def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
-                      variants: list[str] | None = None, probe: bool = False, rounds: int = 1) -> dict:
+                      variants: list[str] | None = None, probe: bool = False, rounds: int = 1,
+                      int4: str | None = None) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
@@ -251,7 +273,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     (against its time alone: `augury.bench.kernels_gpu --only attn-onelaunch`). probe: attention
     also writes in-kernel timestamps (`triton_probe.stamp`), summarized by `_probe_summary`.
     rounds: the variant list is timed that many times over, in order (so drift during the run
-    spreads over every variant); each variant keeps every round's figures and their medians."""
+    spreads over every variant); each variant keeps every round's figures and their medians.
+    int4: "rows" or "tinygemm", the products on int4 weights in that layout (`_chain_weight`; their
+    launch overrides and early-tile switches are bf16's and do not apply)."""
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
@@ -261,9 +285,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     names = ("qkv", "o_proj", "gate_up", "down")
     gm, n_slots = _attention_case(1, ctx, 1, H, Hkv, D, dev, dt)
     bias = gm.additive_mask(dt)
-    W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
+    W = [{n: _chain_weight(SHAPES[n][0], SHAPES[n][1], dev, 4 * i + j, int4) for j, n in enumerate(names)}
          | {"kp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt),
-            "vp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt)} for _ in range(layers)]
+            "vp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt)} for i in range(layers)]
     g = torch.rand(4096, device=dev, dtype=dt) + 0.5
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
@@ -271,24 +295,28 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
     def cfg(pdl, name):
+        if int4 is not None:
+            return None
         return GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else None  # None: the default
 
     def layer(L, pdl, attn, i=None):
-        q = qkv_rope_kv(h, L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
+        q = qkv_rope_kv(h, **L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
                         early_weights=pdl["early"], cfg=cfg(pdl, "qkv"))
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                    times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
-        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
-        gu = gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
+        hh = gemv(o, **L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
+        gu = gemv(hh, **L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
                   cfg=cfg(pdl, "gate_up"))
-        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
+        gemv(gu, **L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
              cfg=cfg(pdl, "down"))
 
-    nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 for n in names)
-    row = {"layers": layers, "ctx": ctx, "rounds": rounds, "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
+    nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 if int4 is None else SHAPES[n][0] * SHAPES[n][1] // 2
+                 + (SHAPES[n][1] // GROUP) * SHAPES[n][0] * 4 for n in names)
+    row = {"layers": layers, "ctx": ctx, "rounds": rounds, "weights": int4 or "bf16",
+           "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
     for rnd in range(rounds):
         for name in variants or LAYER_VARIANTS:
             pdl = LAYER_VARIANTS[name]
@@ -359,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16",
                     help="int4: tinygemm's packed weights (group 32) against tinygemm's kernel")
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
-    ap.add_argument("--chains", default="chain,layer_chain", help="which chains to time (bf16 only)")
+    ap.add_argument("--chains", default="chain,layer_chain",
+                    help="which chains to time (bf16; with --weights int4 only layer_chain)")
+    ap.add_argument("--int4-layout", choices=["rows", "tinygemm"], default="tinygemm",
+                    help="layer chain with --weights int4: the GEMV's own layout or tinygemm's bytes")
     ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")
     ap.add_argument("--ctx", type=int, default=1024, help="layer chain: cached tokens attention reads")
     ap.add_argument("--rounds", type=int, default=1, help="layer chain: times the variant list is timed over")
@@ -391,11 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps({"bandwidth_GBps": bw / 1e9, "rows": rows},
                                                                     indent=1))
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
-    if not a.no_chain and a.weights == "bf16":
+    if not a.no_chain:
+        int4 = a.int4_layout if a.weights == "int4" else None
         run = {"chain": bench_chain,
                "layer_chain": lambda d, b: bench_layer_chain(d, b, ctx=a.ctx, variants=variants, probe=a.attn_probe,
-                                                             rounds=a.rounds)}
+                                                             rounds=a.rounds, int4=int4)}
         for key in chains:
+            if int4 is not None and key != "layer_chain":
+                continue
             res[key] = run[key](dev, bw)
             (out / f"gemv_gpu_{a.weights}.json").write_text(json.dumps(res, indent=1))
     tot_c = sum(r["cublas_us"] * (32 if r["name"] != "lm_head" else 1) for r in rows)

@@ -77,3 +77,21 @@ def test_layer_chain_rounds_and_launch_overrides(monkeypatch):
     assert o_cfgs == {None, tg.GemvConfig(16, 2048, 8)}  # None: the product's default launch
     assert {c for shape, c in seen if shape != (4096, 4096)} == {None}
     assert order == [3] * 4  # attention at AUGURY_ATTN_PDL=wait in both variants, both rounds
+
+
+def test_layer_chain_weights_in_each_layout():
+    """The int4 layer chain hands the products what `Int4Linear` would: tinygemm's bytes with the
+    transposed scales, or the row-layout GEMV's copy of the same nibbles and scales."""
+    from augury.layers import int4_layout
+    from augury.layers.triton_gemv_w4r import blocked_entries
+
+    dev = torch.device("cpu")
+    bf = gemv_gpu._chain_weight(32, 1024, dev, 3, None)
+    assert bf["w"].shape == (32, 1024) and bf["w"].dtype == torch.bfloat16
+    tg = gemv_gpu._chain_weight(32, 1024, dev, 3, "tinygemm")
+    rows = gemv_gpu._chain_weight(32, 1024, dev, 3, "rows")
+    assert tg["w"].dim() == 4 and tg["scales_zeros"].shape == (32, 32) and rows["group_size"] == 32
+    e = blocked_entries(32, 1024, 32)
+    w, sz = int4_layout.unblock_rows(rows["w"], rows["scales_zeros"], e)
+    assert torch.equal(int4_layout.unpack_rows(w), int4_layout.unpack(tg["w"]))
+    assert torch.equal(sz, tg["scales_zeros"])
