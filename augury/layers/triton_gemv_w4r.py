@@ -15,9 +15,14 @@ A program owns a K slice of E entries of 32 columns (E * 32 columns) and a chunk
 applies the prologue to its slice of x once, keeps the fp16 pairs in registers, and streams row
 tiles [BN * E, 4] (a thread: one entry, i.e. one 16-byte load per row), viewed as [BN, E, 4]. The
 partial sums per slice and the chunk's last program adding them in slice order (deterministic)
-are `triton_gemv_w4`'s (`_finish`), as are the products' numerics (the same per-word fp16x2 dot,
+are `triton_gemv_w4`'s (`_finish`; one slice over all of K writes its rows' outputs itself), as are
+the products' numerics (the same per-word fp16x2 dot,
 the same power-of-two range scaling of the slice's inputs), so both kernels give the same values
-up to the order of the fp32 sums. Written so it also runs under TRITON_INTERPRET=1 (tests).
+up to the order of the fp32 sums. On 8B-sized shapes the weight is tile-major (`int4_layout.block_rows`:
+16-row x slice tiles contiguous), chunks are whole (no masks) and the last row tile is peeled off the
+prefetching loop. Per product on the H200 5-17% faster than `triton_gemv_w4`, yet the whole decode step
+measured slower (docs/benchmarks.md, twentieth session), so `Int4Linear` uses it only with
+AUGURY_INT4_GEMV_LAYOUT=rows. Written so it also runs under TRITON_INTERPRET=1 (tests).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ _STAGES = int(os.environ.get("AUGURY_W4R_STAGES", "0"))  # > 0: every shape's de
 
 
 def default_config(n: int, k: int) -> W4RowsConfig:
+    """`_default_config`, every stage count overridden by AUGURY_W4R_STAGES where set."""
     cfg = _default_config(n, k)
     return replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
 
@@ -54,7 +60,7 @@ def default_config(n: int, k: int) -> W4RowsConfig:
 def _default_config(n: int, k: int) -> W4RowsConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid
     and a blocked weight is laid out for them): each Llama-3-8B product's best on the H200
-    (docs/benchmarks.md, twentieth session; `.devrun`-style probe over configs)."""
+    (docs/benchmarks.md, twentieth session; the probe over configs: docs/data/gpu20/w4r_probe.py)."""
     if n >= 65536:  # LM head
         return W4RowsConfig(block_n=64, entries=8, rows_per_program=256, num_warps=4)
     if n >= 16384:  # gate/up
