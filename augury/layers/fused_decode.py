@@ -50,15 +50,19 @@ def _llama_norm(norm: nn.Module) -> bool:
     return isinstance(norm, RMSNorm) and not norm.gemma_style and norm.weight.dim() == 1
 
 
+def _one_token_gpu_step(h: torch.Tensor) -> bool:
+    """Whether h [1, hidden] is a one-token step the fused kernels serve: one row, the path on, a CUDA
+    device (or the interpreter when tests force the path), and the Triton kernels importable (compiled
+    CUDA graphs need triton anyway: inductor writes its GPU kernels in it)."""
+    return (h.dim() == 2 and h.shape[0] == 1 and _on()
+            and (h.device.type == "cuda" or (FORCE and os.environ.get("TRITON_INTERPRET") == "1"))
+            and (torch.compiler.is_compiling() or gemv_kernels_ok()))
+
+
 def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
     """Whether `llama_layer` computes this layer for this input (decided from types and shapes,
     so a compiled graph resolves it once)."""
-    if h.dim() != 2 or h.shape[0] != 1 or not _on():
-        return False
-    if h.device.type != "cuda" and not (FORCE and os.environ.get("TRITON_INTERPRET") == "1"):
-        return False
-    # (compiled CUDA graphs need triton anyway: inductor writes its GPU kernels in it)
-    if not torch.compiler.is_compiling() and not gemv_kernels_ok():
+    if not _one_token_gpu_step(h):
         return False
     attn, mlp = layer.self_attn, layer.mlp
     return (h.dtype in (torch.bfloat16, torch.float16, torch.float32)
@@ -71,10 +75,8 @@ def eligible(layer: nn.Module, h: torch.Tensor) -> bool:
 def final_norm(norm: nn.Module, h: torch.Tensor) -> torch.Tensor:
     """The model's last norm on h: one kernel (`triton_gemv.rms_norm_row`) in a one-token GPU step,
     the module otherwise. Compiled steps call the same kernel (a custom op): the same bits as eager."""
-    if (h.dim() == 2 and h.shape[0] == 1 and _on() and _llama_norm(norm)
-            and h.dtype in (torch.bfloat16, torch.float16, torch.float32) and norm.weight.dtype == h.dtype
-            and (h.device.type == "cuda" or (FORCE and os.environ.get("TRITON_INTERPRET") == "1"))
-            and (torch.compiler.is_compiling() or gemv_kernels_ok())):
+    if (_one_token_gpu_step(h) and _llama_norm(norm)
+            and h.dtype in (torch.bfloat16, torch.float16, torch.float32) and norm.weight.dtype == h.dtype):
         from augury.layers.triton_gemv import fused_rms_norm_row
 
         return fused_rms_norm_row(h, norm.weight, norm.eps)
@@ -87,9 +89,7 @@ def head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
     (234.7 vs 241.1 us, docs/benchmarks.md, nineteenth session); an int4 head takes its own GEMV
     inside `Int4Linear` already."""
     w = _weight(lm_head, h.dtype) if type(lm_head) is nn.Linear else None
-    if (w is not None and h.dim() == 2 and h.shape[0] == 1 and _on()
-            and (h.device.type == "cuda" or (FORCE and os.environ.get("TRITON_INTERPRET") == "1"))
-            and (torch.compiler.is_compiling() or gemv_kernels_ok())):
+    if w is not None and _one_token_gpu_step(h):
         from augury.layers.triton_gemv import fused_gemv
 
         return fused_gemv(h, **w)

@@ -97,11 +97,6 @@ def unpack_rows(packed: torch.Tensor) -> torch.Tensor:
     return q.view(n, kw * 8)
 
 
-def rows_from_tinygemm(packed: torch.Tensor) -> torch.Tensor:
-    """tinygemm's int32 layout -> the row-major GEMV layout (on packed's device)."""
-    return pack_rows(unpack(packed))
-
-
 BLOCK_ROWS = 16  # rows per contiguous tile of the blocked GEMV layout
 
 

@@ -490,11 +490,9 @@ class Int4Linear(nn.Module):
         if self._layout == "cuda" and _INT4_GEMV_ON:
             from augury.layers import int4_layout, triton_gemv_w4r
 
-            if _INT4_GEMV_ROWS:
-                self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(
-                    self.packed, int4_layout.transpose_scales(self.scales_zeros), self.group_size)
-            else:
-                self.gemv_packed, self.gemv_scales = None, int4_layout.transpose_scales(self.scales_zeros)
+            szt = int4_layout.transpose_scales(self.scales_zeros)
+            self.gemv_packed, self.gemv_scales = (triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size)
+                                                  if _INT4_GEMV_ROWS else (None, szt))
         else:
             self.gemv_packed = self.gemv_scales = None
         if self._native:

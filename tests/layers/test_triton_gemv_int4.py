@@ -175,19 +175,14 @@ def test_half2_products_hold_outliers_and_any_magnitude(scale):
             torch.testing.assert_close(y, ref, atol=2 ** -8 * bound.max().item(), rtol=0)
 
 
-@here
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("gs,transposed", [(32, True), (64, False)])
-def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype, gs, transposed):
+def qkv_rope_kv_against_its_parts(packed, sz, gs, H, Hkv, D, hidden, dtype, cfg, seed):
+    """qkv_rope_kv on this int4 weight, and the same product through `gemv` with rope applied and the
+    pools written as eager does: asserts the V pool and the K pool's other slots match, returns
+    (q, the eager q/k rotated, k_pool, k_ref) for the caller's check of q and of the written K row."""
     from augury.config import RopeConfig
     from augury.layers.rope import RotaryEmbedding, apply_rope
 
-    H, Hkv, D, hidden = 4, 2, 16, 64
-    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, gs, 2, seed=5)
-    if not transposed:
-        sz = _untransposed(sz)
-    cfg = W4(8, 1, 32, 4)  # chunks of 2 heads, 2 K slices
-    x, g = _rand(1, hidden, seed=6, dtype=dtype, scale=2.0), _rand(hidden, seed=7, dtype=dtype)
+    x, g = _rand(1, hidden, seed=seed, dtype=dtype, scale=2.0), _rand(hidden, seed=seed + 1, dtype=dtype)
     cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([9], device=DEV))
     k_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
     v_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
@@ -200,6 +195,19 @@ def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype, gs, t
     k_ref.index_copy_(0, slot, qk[:, H:])
     v_ref.index_copy_(0, slot, qkv[:, H + Hkv:])
     assert torch.equal(v_pool, v_ref) and torch.equal(k_pool[:4], k_ref[:4]) and torch.equal(k_pool[5:], k_ref[5:])
+    return q, qk, k_pool, k_ref
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("gs,transposed", [(32, True), (64, False)])
+def test_qkv_rope_kv_on_int4_equals_its_product_rope_and_pool_write(dtype, gs, transposed):
+    H, Hkv, D, hidden = 4, 2, 16, 64
+    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, gs, 2, seed=5)
+    if not transposed:
+        sz = _untransposed(sz)
+    cfg = W4(8, 1, 32, 4)  # chunks of 2 heads, 2 K slices
+    q, qk, k_pool, k_ref = qkv_rope_kv_against_its_parts(packed, sz, gs, H, Hkv, D, hidden, dtype, cfg, seed=6)
     if dtype == torch.float32 and not CPU:  # compiled fp32 may contract the rotation into an FMA
         torch.testing.assert_close(q.view(1, H, D), qk[:, :H], atol=1e-5, rtol=1e-5)
     else:  # a row's sum does not depend on the rows it shares a program with: bitwise

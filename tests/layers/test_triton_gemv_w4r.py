@@ -18,7 +18,7 @@ CPU, FRESH = interpreter()
 
 from augury.layers import int4_layout, triton_gemv_w4r  # noqa: E402
 from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
-from augury.layers.triton_gemv import gemv, qkv_rope_kv  # noqa: E402
+from augury.layers.triton_gemv import gemv  # noqa: E402
 from augury.layers.triton_gemv_w4r import W4RowsConfig as R  # noqa: E402
 # the tinygemm-layout kernel's tests: their device, inputs and markers
 from tests.layers.test_triton_gemv_int4 import DEV, _rand, cuda_only, here  # noqa: E402
@@ -109,25 +109,11 @@ def test_tile_major_weights_read_as_the_row_major_ones():
 def test_qkv_rope_kv_equals_its_product_rope_and_pool_write(n_heads, hidden, cfg):
     """Several K slices (the chunk's last program applies rope), tile-major weights, and one slice over
     K (the program applies it to its own rows)."""
-    from augury.config import RopeConfig
-    from augury.layers.rope import RotaryEmbedding, apply_rope
+    from tests.layers.test_triton_gemv_int4 import qkv_rope_kv_against_its_parts
 
-    dtype = torch.bfloat16
     H, Hkv, D = n_heads, 2, 16
     packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, 32, seed=7)
-    x, g = _rand(1, hidden, seed=8, dtype=dtype, scale=2.0), _rand(hidden, seed=9, dtype=dtype)
-    cos, sin = RotaryEmbedding(RopeConfig(theta=500000.0), D, 64, device=DEV, dtype=dtype)(torch.tensor([9], device=DEV))
-    k_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
-    v_pool = torch.full((6, Hkv, D), 7.0, device=DEV, dtype=dtype)
-    k_ref, v_ref = k_pool.clone(), v_pool.clone()
-    slot = torch.tensor([4], device=DEV)
-    q = qkv_rope_kv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cos=cos, sin=sin,
-                    k_pool=k_pool, v_pool=v_pool, slot=slot, num_heads=H, num_kv_heads=Hkv, cfg=cfg)
-    qkv = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, cfg=cfg).view(1, H + 2 * Hkv, D)
-    qk = apply_rope(qkv[:, : H + Hkv], cos, sin)
-    k_ref.index_copy_(0, slot, qk[:, H:])
-    v_ref.index_copy_(0, slot, qkv[:, H + Hkv:])
-    assert torch.equal(v_pool, v_ref) and torch.equal(k_pool[:4], k_ref[:4]) and torch.equal(k_pool[5:], k_ref[5:])
+    q, qk, _, _ = qkv_rope_kv_against_its_parts(packed, sz, 32, H, Hkv, D, hidden, torch.bfloat16, cfg, seed=8)
     assert torch.equal(q.view(1, H, D), qk[:, :H])  # the same sums, whichever program adds them: bitwise
 
 
