@@ -391,6 +391,23 @@ def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.
     return ws, cnt
 
 
+def row_chunks(n: int, cfg, rope_kv: bool, half: int) -> tuple[int, int]:
+    """(rows per loop step, rows per program) of a split-K int4 launch from its config (block_n,
+    rows_per_program): for rope_kv, whole heads per chunk (the epilogue rotates pairs D/2 apart) and
+    row tiles of the largest power of two dividing the head (D % 8 == 0)."""
+    nb, bn = cfg.rows_per_program, cfg.block_n
+    if rope_kv:
+        bn = min(bn, 2 * half & -(2 * half))
+        nb = 2 * half
+        while 2 * nb <= cfg.rows_per_program and n % (2 * nb) == 0:
+            nb *= 2
+        if n % nb:
+            raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
+    elif nb % bn or nb & (nb - 1):
+        raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
+    return bn, nb
+
+
 def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
            n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
            group_size: int, ikt: int, cfg: W4SplitConfig | None, pdl: bool, transposed: bool = True) -> None:
@@ -401,16 +418,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     if cfg.block_n < 8 or cfg.bko < 1 or cfg.block_n & (cfg.block_n - 1) or cfg.bko & (cfg.bko - 1):
         # row tiles advance by whole 8-row blocks of tinygemm's layout
         raise ValueError(f"gemv: int4 block_n (>= 8) and bko must be powers of two, got {cfg}")
-    nb, bn = cfg.rows_per_program, cfg.block_n
-    if rope_kv:  # whole heads per chunk (the epilogue rotates pairs D/2 apart), a multiple of block_n
-        bn = min(bn, 2 * half & -(2 * half))  # a power of two dividing the head (D % 8 == 0)
-        nb = 2 * half
-        while 2 * nb <= cfg.rows_per_program and n % (2 * nb) == 0:
-            nb *= 2
-        if n % nb:
-            raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
-    elif nb % bn or nb & (nb - 1):
-        raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
+    bn, nb = row_chunks(n, cfg, rope_kv, half)
     grid = (triton.cdiv(n, nb), triton.cdiv(k // (16 * ikt), cfg.bko))
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     # fp16x2 products for 16-bit activations: packed PTX on the GPU, plain fp16 tensors under the

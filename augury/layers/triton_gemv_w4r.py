@@ -36,7 +36,8 @@ import triton.language as tl
 
 from augury.layers.triton_gemv import _norm_inv, _rnd, _x_in
 from augury.layers.int4_layout import BLOCK_ROWS, block_rows
-from augury.layers.triton_gemv_w4 import _chunk_epilogue, _finish, _h2, _half2_dot, _pow2_range, _workspace
+from augury.layers.triton_gemv_w4 import (_chunk_epilogue, _finish, _h2, _half2_dot, _pow2_range, _workspace,
+                                          row_chunks)
 
 
 @dataclass(frozen=True)
@@ -264,24 +265,16 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     """`_w4_rows_kernel` over (row chunks, K slices); arguments as `triton_gemv._launch` prepares them,
     w and sz as `pack` leaves them."""
     cfg = cfg or default_config(n, k)
-    nb, bn, ne = cfg.rows_per_program, cfg.block_n, cfg.entries
+    bn, ne = cfg.block_n, cfg.entries
     blocked = blocked_entries(n, k, group_size)
     if blocked is not None and (ne != blocked or bn % BLOCK_ROWS):
         raise ValueError(f"gemv: this {n}x{k} int4 weight is blocked for {blocked} entries per slice and "
                          f"{BLOCK_ROWS}-row tiles (`triton_gemv_w4r.pack`); config {cfg} does not fit it")
     if bn < 1 or ne < 1 or bn & (bn - 1) or ne & (ne - 1):
         raise ValueError(f"gemv: int4 block_n and entries must be powers of two, got {cfg}")
-    if rope_kv:  # whole heads per chunk (the epilogue rotates pairs D/2 apart), a multiple of block_n
-        bn = min(bn, 2 * half & -(2 * half))
-        nb = 2 * half
-        while 2 * nb <= cfg.rows_per_program and n % (2 * nb) == 0:
-            nb *= 2
-        if n % nb:
-            raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
-        if blocked is not None and bn % BLOCK_ROWS:
-            raise ValueError(f"gemv: heads of {2 * half} rows do not fit the blocked layout's {BLOCK_ROWS}-row tiles")
-    elif nb % bn or nb & (nb - 1):
-        raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
+    bn, nb = row_chunks(n, cfg, rope_kv, half)
+    if rope_kv and blocked is not None and bn % BLOCK_ROWS:
+        raise ValueError(f"gemv: heads of {2 * half} rows do not fit the blocked layout's {BLOCK_ROWS}-row tiles")
     grid = (triton.cdiv(n, nb), triton.cdiv(k, 32 * ne))
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
