@@ -181,9 +181,9 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
 
     def fused(L, pdl):
         gemv(h, L["qkv"], norm_weight=g, eps=1e-5, pdl=pdl)
-        hh = gemv(o, **L["o_proj"], residual=h, pdl=pdl)
+        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl)
         gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl)
-        gemv(gu, **L["down"], silu_mul=True, residual=hh, pdl=pdl)
+        gemv(gu, **wt["down"], silu_mul=True, residual=hh, pdl=pdl)
 
     def cublas(L):
         F.linear(h, L["qkv"]), F.linear(o, L["o_proj"]), F.linear(h, L["gate_up"]), F.linear(act, L["down"])
@@ -261,9 +261,22 @@ def _chain_weight(N: int, K: int, dev: torch.device, seed: int, int4: str | None
     return {"w": w["w"], "scales_zeros": szt, "group_size": GROUP}
 
 
+_LAYOUT_LETTERS = {"r": "rows", "t": "tinygemm"}
+
+
+def int4_mix(spec: str) -> str:
+    """An int4 layer-chain layout spec as one letter per product (qkv, o_proj, gate_up, down), r(ows)
+    or t(inygemm): "rows" -> "rrrr", "tinygemm" -> "tttt", a four-letter mix as it is ("trrr": qkv on
+    tinygemm's bytes, the rest on the row layout), so a chain can swap one product's layout at a time."""
+    mix = {"rows": "rrrr", "tinygemm": "tttt"}.get(spec, spec)
+    if len(mix) != 4 or set(mix) - set(_LAYOUT_LETTERS):
+        raise ValueError(f"int4 layout {spec!r}: rows, tinygemm, or four letters r/t (qkv, o_proj, gate_up, down)")
+    return mix
+
+
 def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int = 1024,
                       variants: list[str] | None = None, probe: bool = False, rounds: int = 1,
-                      int4: str | None = None) -> dict:
+                      int4: str | list[str] | None = None) -> dict:
     """A whole fused decode layer as `fused_decode.llama_layer` launches it (qkv with rope and
     the K/V write, paged attention over `ctx` cached tokens, o_proj + residual, gate_up + norm,
     down + SiLU-mul + residual), back to back over `layers` layers of distinct weights and pools:
@@ -275,7 +288,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     rounds: the variant list is timed that many times over, in order (so drift during the run
     spreads over every variant); each variant keeps every round's figures and their medians.
     int4: "rows" or "tinygemm", the products on int4 weights in that layout (`_chain_weight`; their
-    launch overrides and early-tile switches are bf16's and do not apply)."""
+    launch overrides and early-tile switches are bf16's and do not apply), or a list of `int4_mix`
+    specs: every variant is timed once per spec (keyed "variant@spec"), each product on the same
+    nibbles in the layout its letter names."""
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
@@ -285,7 +300,10 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     names = ("qkv", "o_proj", "gate_up", "down")
     gm, n_slots = _attention_case(1, ctx, 1, H, Hkv, D, dev, dt)
     bias = gm.additive_mask(dt)
-    W = [{n: _chain_weight(SHAPES[n][0], SHAPES[n][1], dev, 4 * i + j, int4) for j, n in enumerate(names)}
+    mixes = None if int4 is None else [int4_mix(m) for m in ([int4] if isinstance(int4, str) else int4)]
+    letters = sorted({c for m in mixes for c in m}) if mixes else [None]
+    W = [{n: {c: _chain_weight(SHAPES[n][0], SHAPES[n][1], dev, 4 * i + j, _LAYOUT_LETTERS.get(c))
+              for c in letters} for j, n in enumerate(names)}
          | {"kp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt),
             "vp": torch.randn(n_slots, Hkv, D, device=dev, dtype=dt)} for i in range(layers)]
     g = torch.rand(4096, device=dev, dtype=dt) + 0.5
@@ -299,31 +317,36 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             return None
         return GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else None  # None: the default
 
-    def layer(L, pdl, attn, i=None):
-        q = qkv_rope_kv(h, **L["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
+    def layer(L, pdl, attn, i=None, mix=None):
+        wt = {n: L[n][None if mix is None else mix[j]] for j, n in enumerate(names)}
+        q = qkv_rope_kv(h, **wt["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
                         early_weights=pdl["early"], cfg=cfg(pdl, "qkv"))
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                    times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
-        hh = gemv(o, **L["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
-        gu = gemv(hh, **L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
+        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
+        gu = gemv(hh, **wt["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
                   cfg=cfg(pdl, "gate_up"))
-        gemv(gu, **L["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
+        gemv(gu, **wt["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
              cfg=cfg(pdl, "down"))
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 if int4 is None else SHAPES[n][0] * SHAPES[n][1] // 2
                  + (SHAPES[n][1] // GROUP) * SHAPES[n][0] * 4 for n in names)
-    row = {"layers": layers, "ctx": ctx, "rounds": rounds, "weights": int4 or "bf16",
+    row = {"layers": layers, "ctx": ctx, "rounds": rounds,
+           "weights": "bf16" if mixes is None else int4 if isinstance(int4, str) else ",".join(mixes),
            "weight_MB_per_layer": nbytes / 1e6, "variants": {}}
+    # (variant, layout mix, key): one int4 layout keeps the variant names; a list of them suffixes each
+    runs = [(name, m, name if m is None or isinstance(int4, str) else f"{name}@{m}")
+            for m in (mixes or [None]) for name in variants or LAYER_VARIANTS]
     for rnd in range(rounds):
-        for name in variants or LAYER_VARIANTS:
+        for name, mix, key_name in runs:
             pdl = LAYER_VARIANTS[name]
-            v = row["variants"].setdefault(name, {"pdl": pdl, "runs": []})
+            v = row["variants"].setdefault(key_name, {"pdl": pdl, "int4_mix": mix, "runs": []})
             run = {}
             for attn in (True, False):
-                t = time_calls([lambda L=L: layer(L, pdl, attn) for L in W], dev)
+                t = time_calls([lambda L=L: layer(L, pdl, attn, mix=mix) for L in W], dev)
                 run["with_attention_us" if attn else "without_attention_us"] = t
             v["runs"].append(run)
             for key in ("with_attention_us", "without_attention_us"):
@@ -333,11 +356,11 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             if probe and rnd == 0:
                 for t in stamps:
                     t.zero_()
-                v["probe_us_per_layer"] = time_calls([lambda L=L, i=i: layer(L, pdl, True, i)
+                v["probe_us_per_layer"] = time_calls([lambda L=L, i=i: layer(L, pdl, True, i, mix=mix)
                                                       for i, L in enumerate(W)], dev)
                 v["probe"] = _probe_summary([t.cpu() for t in stamps])
-                _log(f"attention probe, {name}: {json.dumps(v['probe'])}")
-            _log(f"layer chain [{rnd + 1}/{rounds}], {name}: {run['with_attention_us']:.1f} us per layer, "
+                _log(f"attention probe, {key_name}: {json.dumps(v['probe'])}")
+            _log(f"layer chain [{rnd + 1}/{rounds}], {key_name}: {run['with_attention_us']:.1f} us per layer, "
                  f"{run['without_attention_us']:.1f} without attention (adds "
                  f"{run['with_attention_us'] - run['without_attention_us']:.1f})")
     W.clear()
@@ -389,8 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-chain", action="store_true", help="skip the 32-layer chains (bf16 only)")
     ap.add_argument("--chains", default="chain,layer_chain",
                     help="which chains to time (bf16; with --weights int4 only layer_chain)")
-    ap.add_argument("--int4-layout", choices=["rows", "tinygemm"], default="tinygemm",
-                    help="layer chain with --weights int4: the GEMV's own layout or tinygemm's bytes")
+    ap.add_argument("--int4-layout", default="tinygemm",
+                    help="layer chain with --weights int4: rows (the GEMV's own layout), tinygemm (its bytes), "
+                         "or a comma list of those and four-letter r/t mixes per product (qkv, o_proj, "
+                         "gate_up, down), each timed in turn")
     ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")
     ap.add_argument("--ctx", type=int, default=1024, help="layer chain: cached tokens attention reads")
     ap.add_argument("--rounds", type=int, default=1, help="layer chain: times the variant list is timed over")
@@ -406,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"{', '.join(LAYER_VARIANTS)})")
     if len(set(variants)) != len(variants):
         ap.error("--layer-variants: each variant once (the JSON keeps one result per name)")
+    try:
+        [int4_mix(m) for m in a.int4_layout.split(",") if m]
+    except ValueError as e:
+        ap.error(f"--int4-layout: {e}")
     if not torch.cuda.is_available():
         print("gemv_gpu needs a CUDA device", file=sys.stderr)
         return 2
@@ -423,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                     indent=1))
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain:
-        int4 = a.int4_layout if a.weights == "int4" else None
+        specs = [m for m in a.int4_layout.split(",") if m]
+        int4 = (specs[0] if len(specs) == 1 else specs) if a.weights == "int4" else None
         run = {"chain": bench_chain,
                "layer_chain": lambda d, b: bench_layer_chain(d, b, ctx=a.ctx, variants=variants, probe=a.attn_probe,
                                                              rounds=a.rounds, int4=int4)}

@@ -95,3 +95,34 @@ def test_layer_chain_weights_in_each_layout():
     w, sz = int4_layout.unblock_rows(rows["w"], rows["scales_zeros"], e)
     assert torch.equal(int4_layout.unpack_rows(w), int4_layout.unpack(tg["w"]))
     assert torch.equal(sz, tg["scales_zeros"])
+
+
+def test_int4_layer_chain_swaps_one_products_layout(monkeypatch):
+    """A list of int4 layout mixes times every variant once per mix, keyed variant@mix, and each
+    product gets the weight in the layout its letter names (kernels stubbed: one 8B-shaped layer)."""
+    import augury.layers.triton_gemv as tg
+    import augury.layers.triton_paged_decode as tpd
+
+    seen = []
+    monkeypatch.setattr(tg, "gemv", lambda x, w, **kw: seen.append(("r" if w.dim() == 2 else "t", w.shape)) or
+                        torch.zeros(1, 28672 if w.numel() * 8 == 28672 * 4096 else 4096, dtype=x.dtype))
+    monkeypatch.setattr(tg, "qkv_rope_kv", lambda x, w, **kw: seen.append(("r" if w.dim() == 2 else "t", "qkv")) or
+                        torch.zeros(1, 4096, dtype=x.dtype))
+    monkeypatch.setattr(tpd, "paged_decode_attention", lambda q, *a, **kw: torch.zeros(q.shape, dtype=q.dtype))
+    monkeypatch.setattr(gemv_gpu, "time_calls", lambda fns, dev: [f() for f in fns] and 100.0)
+    monkeypatch.setattr(gemv_gpu, "_chain_weight", lambda N, K, dev, seed, int4: {
+        "w": torch.zeros((N, K // 8) if int4 == "rows" else (N // 8, 1, 1, 1), dtype=torch.int32)})
+    row = gemv_gpu.bench_layer_chain(torch.device("cpu"), 4e12, layers=1, ctx=40, variants=["attention_waits"],
+                                     int4=["tinygemm", "rttt"])
+    assert set(row["variants"]) == {"attention_waits@tttt", "attention_waits@rttt"}
+    assert row["variants"]["attention_waits@rttt"]["int4_mix"] == "rttt"
+    # per chain (with and without attention) four products: all t, then qkv on r
+    letters = "".join(c for c, _ in seen)
+    assert letters == "tttt" * 2 + "rttt" * 2
+
+
+@pytest.mark.parametrize("spec", ["rrr", "rows,xrrr"])
+def test_bad_int4_layouts_are_refused(capsys, spec):
+    with pytest.raises(SystemExit):
+        gemv_gpu.main(["--int4-layout", spec])
+    assert "--int4-layout" in capsys.readouterr().err
