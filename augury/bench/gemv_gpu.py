@@ -243,6 +243,19 @@ _CFGS = {
     "d8x1024w4": {"down": (8, 1024, 4)}, "d32x1024w8": {"down": (32, 1024, 8)},
 }
 LAYER_VARIANTS.update({f"cfg_{k}": _ON | {"attn": 3, "cfg": v} for k, v in _CFGS.items()})
+# the next kernel launched late (after a program's weight stream, not at its PDL wait): every product, or one
+_LATE = ("qkv", "o_proj", "gate_up", "down")
+LAYER_VARIANTS["late_all"] = _ON | {"attn": 3, "cfg": {p: {"late_launch": True} for p in _LATE}}
+LAYER_VARIANTS.update({f"late_{p}": _ON | {"attn": 3, "cfg": {p: {"late_launch": True}}} for p in _LATE})
+# int4 row-layout overrides (W4RowsConfig fields; products on tinygemm's bytes keep their defaults)
+_W4_CFGS = {
+    "down_rpp256": {"down": {"rows_per_program": 256}}, "down_rpp128": {"down": {"rows_per_program": 128}},
+    "down_st1": {"down": {"stages": 1}}, "down_rpp256_st1": {"down": {"rows_per_program": 256, "stages": 1}},
+    "qkv_st1": {"qkv": {"stages": 1}}, "qkv_rpp256": {"qkv": {"rows_per_program": 256}},
+    "late_all": {p: {"late_launch": True} for p in _LATE}, "late_down": {"down": {"late_launch": True}},
+    "late_qkv": {"qkv": {"late_launch": True}},
+}
+LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
 
 
 def _chain_weight(N: int, K: int, dev: torch.device, seed: int, int4: str | None) -> dict:
@@ -292,7 +305,8 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     specs: every variant is timed once per spec (keyed "variant@spec"), each product on the same
     nibbles in the layout its letter names."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers.triton_gemv import GemvConfig, gemv, qkv_rope_kv
+    from augury.layers import triton_gemv_w4r
+    from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
 
     dt = torch.bfloat16
@@ -312,25 +326,31 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
-    def cfg(pdl, name):
-        if int4 is not None:
-            return None
-        return GemvConfig(*pdl["cfg"][name]) if name in pdl.get("cfg", {}) else None  # None: the default
+    def cfg(pdl, name, letter=None):
+        if int4 is not None:  # int4: W4RowsConfig fields over a row-layout product's default
+            over = pdl.get("w4cfg", {}).get(name)
+            return replace(triton_gemv_w4r.default_config(*SHAPES[name][:2]), **over) if over and letter == "r" \
+                else None
+        c = pdl.get("cfg", {}).get(name)
+        if c is None:
+            return None  # the product's default
+        return replace(default_config(*SHAPES[name][:2]), **c) if isinstance(c, dict) else GemvConfig(*c)
 
     def layer(L, pdl, attn, i=None, mix=None):
         wt = {n: L[n][None if mix is None else mix[j]] for j, n in enumerate(names)}
         q = qkv_rope_kv(h, **wt["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
-                        early_weights=pdl["early"], cfg=cfg(pdl, "qkv"))
+                        early_weights=pdl["early"], cfg=cfg(pdl, "qkv", mix and mix[0]))
         o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                    pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                    times=None if i is None else stamps[i]).reshape(1, H * D) \
             if attn else o_fixed
-        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj"))
+        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"],
+                  cfg=cfg(pdl, "o_proj", mix and mix[1]))
         gu = gemv(hh, **wt["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
-                  cfg=cfg(pdl, "gate_up"))
+                  cfg=cfg(pdl, "gate_up", mix and mix[2]))
         gemv(gu, **wt["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],
-             cfg=cfg(pdl, "down"))
+             cfg=cfg(pdl, "down", mix and mix[3]))
 
     nbytes = sum(SHAPES[n][0] * SHAPES[n][1] * 2 if int4 is None else SHAPES[n][0] * SHAPES[n][1] // 2
                  + (SHAPES[n][1] // GROUP) * SHAPES[n][0] * 4 for n in names)

@@ -65,6 +65,9 @@ class GemvConfig:
     block_k: int = 1024
     num_warps: int = 4
     num_stages: int = 1
+    # under PDL, let the next kernel launch once this program's weight stream is done instead of right
+    # after its wait (its programs then take no multiprocessor slots while this grid still streams)
+    late_launch: bool = False
 
 
 def default_config(n: int, k: int) -> GemvConfig:
@@ -125,7 +128,7 @@ def _gemv_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True,
+    VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True, LATE_LAUNCH: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -154,7 +157,7 @@ def _gemv_kernel(
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
     if PDL and EARLY_W:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
-    if PDL:
+    if PDL and not LATE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start loading its weights
     # the residual is loaded now, in flight during the product: loaded after it, it was one more
     # dependent L2 read at the end of every program (H200 B=1 +0.5%). The rope rows and slot stay in
@@ -164,6 +167,8 @@ def _gemv_kernel(
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                       VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK)
+    if PDL and LATE_LAUNCH:
+        tl.extra.cuda.gdc_launch_dependents()
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
     if ROPE_KV:
         _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -411,7 +416,7 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
     _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
-        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k),
+        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k), LATE_LAUNCH=cfg.late_launch,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

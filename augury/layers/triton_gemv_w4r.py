@@ -47,6 +47,7 @@ class W4RowsConfig:
     rows_per_program: int = 512  # NB: a power of two, a multiple of block_n
     num_warps: int = 4
     stages: int = 1  # > 1: row tiles pipelined through shared memory (Triton's cp.async pipeline)
+    late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
 
 
 _STAGES = int(os.environ.get("AUGURY_W4R_STAGES", "0"))  # > 0: every shape's default pipelined that deep (A/B runs)
@@ -137,7 +138,7 @@ def _w4_rows_kernel(
     GS: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, E: tl.constexpr,
     PDL: tl.constexpr, F16: tl.constexpr, NSPLIT: tl.constexpr, NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr,
     BLOCKED: tl.constexpr = False, STAGES: tl.constexpr = 1, DIRECT: tl.constexpr = False,
-    RB: tl.constexpr = 16,
+    RB: tl.constexpr = 16, LATE_LAUNCH: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -176,7 +177,8 @@ def _w4_rows_kernel(
             sz = tl.load(s_ptrs, mask=okr, other=0)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE_LAUNCH:
+            tl.extra.cuda.gdc_launch_dependents()
     # the slice's inputs, once, as [E, 4] per pair position j: word i of entry e holds columns
     # c0 + 32 e + 8 i + (2 j, 2 j + 1) in its pair j
     je = tl.arange(0, E)
@@ -228,6 +230,8 @@ def _w4_rows_kernel(
         part = _tile_part(p, sz, x0, x1, x2, x3, a0, a1, a2, a3, b0, b1, b2, b3, xs, unscale, BN, E, F16)
         _put(part, row0 + NB - BN + i, N, ws_ptr + pid_k * N, r_ptr, y_ptr, DIRECT, RESIDUAL, dt)
 
+    if PDL and LATE_LAUNCH:
+        tl.extra.cuda.gdc_launch_dependents()
     if NSPLIT > 1:
         _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
                 s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
@@ -284,6 +288,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size,
         NB=nb, BN=bn, E=ne, PDL=pdl, F16=f16, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
         EVEN=n % nb == 0 and k % (32 * ne) == 0, BLOCKED=blocked is not None, STAGES=cfg.stages, RB=BLOCK_ROWS,
+        LATE_LAUNCH=cfg.late_launch,
         DIRECT=grid[1] == 1 and not rope_kv,  # one slice covers K: the output straight from the row tiles
         num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

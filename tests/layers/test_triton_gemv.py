@@ -392,19 +392,21 @@ def test_llama3_8b_shapes_on_cuda(n, k):
 
 
 @cuda_only
-@pytest.mark.parametrize("early", [True, False])
-def test_weights_before_or_after_the_wait_on_cuda(early):
+@pytest.mark.parametrize("early,late", [(True, False), (False, False), (True, True)])
+def test_weights_before_or_after_the_wait_on_cuda(early, late):
     """The o_proj shape under PDL, right after a PDL product that writes its input and lets it
-    start at once, with a new input each time: the first weight tile loaded before the wait
-    (early_weights) or after it, the result is bitwise the plain launch's on the finished input."""
+    start at once (or, late, only after its weight stream), with a new input each time: the first
+    weight tile loaded before the wait (early_weights) or after it, the result is bitwise the plain
+    launch's on the finished input."""
     from augury.layers.triton_pdl import pdl_enabled
 
     if not pdl_enabled(DEV):
         pytest.skip("no programmatic dependent launch on this device")
     w0 = _rand(4096, 1024, seed=23, dtype=torch.bfloat16, scale=0.05)
     w, r = _rand(4096, 4096, seed=24, dtype=torch.bfloat16, scale=0.02), _rand(1, 4096, seed=25, dtype=torch.bfloat16)
+    first = GemvConfig(block_n=8, block_k=1024, num_warps=4, late_launch=late)
     for i in range(4):
-        x = gemv(_rand(1, 1024, seed=30 + i, dtype=torch.bfloat16), w0, pdl=True)
+        x = gemv(_rand(1, 1024, seed=30 + i, dtype=torch.bfloat16), w0, pdl=True, cfg=first)
         got = gemv(x, w, residual=r, pdl=True, early_weights=early)
         torch.cuda.synchronize()
         assert torch.equal(got, gemv(x.clone(), w, residual=r, pdl=False))

@@ -7,6 +7,8 @@ compiled, plus the 8B shapes against tinygemm and a captured CUDA graph."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -46,7 +48,7 @@ def _close(y, ref):
 CASES = [(32, 16, 128, R(8, 2, 16, 4)), (32, 24, 96, R(8, 2, 16, 4)), (32, 16, 64, R(8, 4, 16, 4)),
          (128, 16, 256, R(8, 2, 16, 4)), (64, 40, 256, R(8, 4, 16, 2, stages=3)), (256, 8, 512, R(8, 8, 8, 4)),
          (32, 40, 512, R(8, 16, 16, 4)), (32, 48, 1024, R(16, 8, 32, 4)), (32, 64, 1024, R(32, 8, 64, 4, stages=3)),
-         (32, 32, 2048, None), (32, 72, 512, None)]
+         (32, 32, 2048, None), (32, 72, 512, None), (32, 16, 256, R(8, 2, 16, 4, late_launch=True))]
 
 
 @here
@@ -200,6 +202,27 @@ def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
     both = m(x)  # two rows: tinygemm
     one = m(x[:1])  # one row: the GEMV on its own layout
     torch.testing.assert_close(one.float(), both[:1].float(), atol=2 ** -6 * both.abs().max().item(), rtol=0)
+
+
+@cuda_only
+def test_late_launch_under_pdl_is_bitwise_the_plain_launch():
+    """down's shape under PDL after a row-layout product that lets it launch only after its row tiles
+    (late_launch), with a new input each time: bitwise the launch without PDL on the finished input."""
+    from augury.layers.triton_pdl import pdl_enabled
+
+    if not pdl_enabled(DEV):
+        pytest.skip("no programmatic dependent launch on this device")
+    p0, s0, _ = _int4(28672, 4096, 32, seed=40)
+    p1, s1, _ = _int4(4096, 14336, 32, seed=41)
+    late = replace(triton_gemv_w4r.default_config(28672, 4096), late_launch=True)
+    r = _rand(1, 4096, seed=42, dtype=torch.bfloat16)
+    for i in range(3):
+        gu = gemv(_rand(1, 4096, seed=43 + i, dtype=torch.bfloat16), p0, scales_zeros=s0, group_size=32, cfg=late,
+                  pdl=True)
+        got = gemv(gu, p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r, pdl=True)
+        torch.cuda.synchronize()
+        assert torch.equal(got, gemv(gu.clone(), p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r,
+                                     pdl=False))
 
 
 @cuda_only
