@@ -53,6 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
+from augury.layers import launch_env
 from augury.layers.triton_pdl import pdl_enabled
 
 PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
@@ -70,7 +71,27 @@ class GemvConfig:
     late_launch: bool = False
 
 
+def product_class(n: int, k: int) -> str:
+    """Which Llama product a [n, k] weight's shape stands for, as `default_config` sorts them."""
+    if k >= 2048:
+        if k >= 2 * n:
+            return "down"
+        if n <= k:
+            return "o_proj"
+        if n <= 2 * k:
+            return "qkv"
+    return "lm_head" if n >= 65536 else "gate_up"
+
+
+_ENV_CFG = launch_env.overrides("AUGURY_GEMV_CFG", GemvConfig)  # A/B runs: `launch_env`
+
+
 def default_config(n: int, k: int) -> GemvConfig:
+    """`_default_config` with AUGURY_GEMV_CFG's fields for this product (`launch_env`) over it."""
+    return launch_env.apply(_default_config(n, k), product_class(n, k), _ENV_CFG)
+
+
+def _default_config(n: int, k: int) -> GemvConfig:
     """Launch parameters from (N, K) alone (a captured step always launches the same grid).
 
     Rows of K >= 2,048 columns (8B-sized layers) by shape class, from the H200 sweep of the 8B

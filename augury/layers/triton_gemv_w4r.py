@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from augury.layers import launch_env
 from augury.layers.triton_gemv import _norm_inv, _rnd, _x_in
 from augury.layers.int4_layout import BLOCK_ROWS, block_rows
 from augury.layers.triton_gemv_w4 import (_chunk_epilogue, _finish, _h2, _half2_dot, _pow2_range, _workspace,
@@ -53,10 +54,21 @@ class W4RowsConfig:
 _STAGES = int(os.environ.get("AUGURY_W4R_STAGES", "0"))  # > 0: every shape's default pipelined that deep (A/B runs)
 
 
+_ENV_CFG = launch_env.overrides("AUGURY_W4R_CFG", W4RowsConfig)  # A/B runs: `launch_env`
+
+
+def product_class(n: int, k: int) -> str:
+    """Which Llama product a [n, k] weight's shape stands for, as `_default_config` sorts them."""
+    return ("lm_head" if n >= 65536 else "gate_up" if n >= 16384 else "down" if k >= 8192
+            else "o_proj" if n <= 4096 else "qkv")
+
+
 def default_config(n: int, k: int) -> W4RowsConfig:
-    """`_default_config`, every stage count overridden by AUGURY_W4R_STAGES where set."""
+    """`_default_config`, every stage count overridden by AUGURY_W4R_STAGES where set, then
+    AUGURY_W4R_CFG's fields for this product (`launch_env`)."""
     cfg = _default_config(n, k)
-    return replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
+    cfg = replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
+    return launch_env.apply(cfg, product_class(n, k), _ENV_CFG)
 
 
 def _default_config(n: int, k: int) -> W4RowsConfig:
