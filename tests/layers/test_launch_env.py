@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from augury.layers import launch_env, triton_gemv, triton_gemv_w4r
-from augury.layers.triton_gemv import GemvConfig
-from augury.layers.triton_gemv_w4r import W4RowsConfig
+from tests.triton_env import interpreter
+
+interpreter()  # before triton's first import: the kernel modules import it
+
+from augury.layers import launch_env, triton_gemv, triton_gemv_w4r  # noqa: E402
+from augury.layers.triton_gemv import GemvConfig  # noqa: E402
+from augury.layers.triton_gemv_w4r import W4RowsConfig  # noqa: E402
 
 
 def test_parse_and_apply_per_product():
