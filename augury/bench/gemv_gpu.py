@@ -254,6 +254,14 @@ _W4_CFGS = {
     "qkv_st1": {"qkv": {"stages": 1}}, "qkv_rpp256": {"qkv": {"rows_per_program": 256}},
     "late_all": {p: {"late_launch": True} for p in _LATE}, "late_down": {"down": {"late_launch": True}},
     "late_qkv": {"qkv": {"late_launch": True}},
+    "late_all_d256": {p: {"late_launch": True} for p in _LATE} | {"down": {"late_launch": True, "rows_per_program": 256}},
+    "late_all_d256_st1": {p: {"late_launch": True} for p in _LATE}
+    | {"down": {"late_launch": True, "rows_per_program": 256, "stages": 1}},
+    "late_all_q256": {p: {"late_launch": True} for p in _LATE} | {"qkv": {"late_launch": True, "rows_per_program": 256}},
+    "late_all_d256_q256": {p: {"late_launch": True} for p in _LATE}
+    | {"down": {"late_launch": True, "rows_per_program": 256}, "qkv": {"late_launch": True, "rows_per_program": 256}},
+    "late_but_down": {p: {"late_launch": True} for p in _LATE[:3]},
+    "late_but_down_d256": {p: {"late_launch": True} for p in _LATE[:3]} | {"down": {"rows_per_program": 256}},
 }
 LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
 
