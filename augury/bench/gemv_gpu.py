@@ -264,6 +264,9 @@ _W4_CFGS = {
     "late_but_down_d256": {p: {"late_launch": True} for p in _LATE[:3]} | {"down": {"rows_per_program": 256}},
 }
 LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
+# the same for products on tinygemm's bytes (W4SplitConfig fields)
+LAYER_VARIANTS["w4t_late_all"] = _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True} for p in _LATE}}
+LAYER_VARIANTS.update({f"w4t_late_{p}": _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True}}} for p in _LATE})
 
 
 def _chain_weight(N: int, K: int, dev: torch.device, seed: int, int4: str | None) -> dict:
@@ -313,7 +316,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     specs: every variant is timed once per spec (keyed "variant@spec"), each product on the same
     nibbles in the layout its letter names."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers import triton_gemv_w4r
+    from augury.layers import triton_gemv_w4, triton_gemv_w4r
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
 
@@ -335,10 +338,13 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
     def cfg(pdl, name, letter=None):
-        if int4 is not None:  # int4: W4RowsConfig fields over a row-layout product's default
-            over = pdl.get("w4cfg", {}).get(name)
-            return replace(triton_gemv_w4r.default_config(*SHAPES[name][:2]), **over) if over and letter == "r" \
-                else None
+        if int4 is not None:  # int4: W4RowsConfig / W4SplitConfig fields over the product's default
+            over = pdl.get("w4cfg" if letter == "r" else "w4tcfg", {}).get(name)
+            if not over:
+                return None
+            n, k = SHAPES[name][:2]
+            return replace(triton_gemv_w4r.default_config(n, k) if letter == "r"
+                           else triton_gemv_w4.default_config(n, k, 8), **over)
         c = pdl.get("cfg", {}).get(name)
         if c is None:
             return None  # the product's default

@@ -43,6 +43,7 @@ high. Written so it also runs under TRITON_INTERPRET=1 (tests).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -61,9 +62,26 @@ class W4SplitConfig:
     num_warps: int = 4
     stages: int = 1  # 1: the next row tile prefetched in registers; > 1: Triton's pipeline (shared memory)
     half2: bool = True  # bf16/fp16 inputs: packed fp16x2 products (`_HALF2_DOT`); False: the exact fp32 decode
+    late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
 
 
 def default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
+    """`_default_config` with AUGURY_W4_CFG's fields for this product over it (`launch_env`; the
+    products sorted as `triton_gemv_w4r.product_class` sorts them)."""
+    from augury.layers import launch_env
+    from augury.layers.triton_gemv_w4r import product_class
+
+    return launch_env.apply(_default_config(n, k, ikt), product_class(n, k), _env_cfg())
+
+
+@functools.lru_cache(maxsize=1)
+def _env_cfg() -> dict:
+    from augury.layers import launch_env
+
+    return launch_env.overrides("AUGURY_W4_CFG", W4SplitConfig)
+
+
+def _default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid):
     each Llama-3-8B product's best in the H200 sweep (`python -m augury.bench.gemv_gpu --weights
     int4 --sweep`, docs/data/gpu10)."""
@@ -268,7 +286,7 @@ def _w4_split_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     GS: tl.constexpr, IKT: tl.constexpr, NB: tl.constexpr, BN: tl.constexpr, BKO: tl.constexpr,
     SZT: tl.constexpr, PDL: tl.constexpr, F16: tl.constexpr, STAGES: tl.constexpr, NSPLIT: tl.constexpr,
-    NORM_BLOCK: tl.constexpr,
+    NORM_BLOCK: tl.constexpr, LATE_LAUNCH: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -309,7 +327,8 @@ def _w4_split_kernel(
         sz = tl.load(s_ptrs, mask=ok_e & (row0 + row_e < N)[:, None], other=0)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE_LAUNCH:
+            tl.extra.cuda.gdc_launch_dependents()
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
@@ -364,6 +383,8 @@ def _w4_split_kernel(
             out = row0 + rt + i
             tl.store(ws_ptr + pid_k * N + out, part, mask=out < N)
 
+    if PDL and LATE_LAUNCH:
+        tl.extra.cuda.gdc_launch_dependents()
     _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
 
@@ -428,7 +449,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     _w4_split_kernel[grid](
         x, g, w, sz, r, y, ws, cnt, n, k, k // group_size, 0x3F800000, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), GS=group_size, IKT=ikt,
-        NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, STAGES=cfg.stages,
+        NB=nb, BN=bn, BKO=cfg.bko, SZT=transposed, PDL=pdl, F16=f16, STAGES=cfg.stages, LATE_LAUNCH=cfg.late_launch,
         # the slice count is a constant, so the chunk's last program issues all its slice loads at
         # once; the norm reads x in one step (one round trip, not K / 1024)
         NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
