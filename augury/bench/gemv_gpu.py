@@ -262,6 +262,12 @@ _W4_CFGS = {
     | {"down": {"late_launch": True, "rows_per_program": 256}, "qkv": {"late_launch": True, "rows_per_program": 256}},
     "late_but_down": {p: {"late_launch": True} for p in _LATE[:3]},
     "late_but_down_d256": {p: {"late_launch": True} for p in _LATE[:3]} | {"down": {"rows_per_program": 256}},
+    # on top of the defaults since the twenty-first session (late launch; down 256 rows, no pipeline)
+    "early_all": {p: {"late_launch": False} for p in _LATE},
+    "d128": {"down": {"rows_per_program": 128}}, "d512": {"down": {"rows_per_program": 512}},
+    "d256_st3": {"down": {"stages": 3}}, "q_st1": {"qkv": {"stages": 1}}, "q256": {"qkv": {"rows_per_program": 256}},
+    "g512": {"gate_up": {"rows_per_program": 512}}, "g2048": {"gate_up": {"rows_per_program": 2048}},
+    "o128": {"o_proj": {"rows_per_program": 128}}, "o512": {"o_proj": {"rows_per_program": 512}},
 }
 LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)
