@@ -213,11 +213,15 @@ def _use_int8_kernel(device_type: str, dtype: torch.dtype) -> bool:
 # built only when this is on); reading tinygemm's pairs in place measured slower on the large
 # products.
 _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
-# which bytes that GEMV reads: tinygemm's in place (`triton_gemv_w4`, the default) or, with
-# AUGURY_INT4_GEMV_LAYOUT=rows, its own copy (`triton_gemv_w4r`: each 8B product alone 5-17% faster on
-# the H200, but the whole decode step measured slower, 302 against 363 tok/s; docs/benchmarks.md,
-# twentieth session). A/B switch until the step follows the products
-_INT4_GEMV_ROWS = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "tinygemm") == "rows"
+# which bytes that GEMV reads: its own copy (`triton_gemv_w4r`, the default since the twenty-first session:
+# 8B B=1 on the H200 387.1 against 362.8 tok/s once its products launch their successors late;
+# docs/benchmarks.md) or, with AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's bytes in place
+# (`triton_gemv_w4`: no second copy of the nibbles, +100% of them with the row layout)
+_INT4_GEMV_LAYOUT = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "rows")
+if _INT4_GEMV_LAYOUT not in ("rows", "tinygemm"):
+    raise ValueError(f"AUGURY_INT4_GEMV_LAYOUT={_INT4_GEMV_LAYOUT!r}: use rows (the GEMV's own copy, faster) or "
+                     "tinygemm (tinygemm's bytes in place, no second copy)")
+_INT4_GEMV_ROWS = _INT4_GEMV_LAYOUT == "rows"
 
 
 @functools.lru_cache(maxsize=1)
@@ -419,7 +423,7 @@ class Int4Linear(nn.Module):
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
         # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again as int32 [N, G] for the one-row GEMV
-        # (+25% of the packed nibbles), and with AUGURY_INT4_GEMV_LAYOUT=rows also the GEMV's own copy of
+        # (+25% of the packed nibbles), and unless AUGURY_INT4_GEMV_LAYOUT=tinygemm also the GEMV's own copy of
         # the nibbles (`triton_gemv_w4r.pack`: row-major in the order its fp16x2 decode wants, tile-major on
         # 8B-sized shapes, the scales in the same tile order; +100% more: tinygemm keeps its copy for many
         # rows). Derived from packed / scales_zeros, not saved

@@ -20,9 +20,11 @@ the products' numerics (the same per-word fp16x2 dot,
 the same power-of-two range scaling of the slice's inputs), so both kernels give the same values
 up to the order of the fp32 sums. On 8B-sized shapes the weight is tile-major (`int4_layout.block_rows`:
 16-row x slice tiles contiguous), chunks are whole (no masks) and the last row tile is peeled off the
-prefetching loop. Per product on the H200 5-17% faster than `triton_gemv_w4`, yet the whole decode step
-measured slower (docs/benchmarks.md, twentieth session), so `Int4Linear` uses it only with
-AUGURY_INT4_GEMV_LAYOUT=rows. Written so it also runs under TRITON_INTERPRET=1 (tests).
+prefetching loop. Per product on the H200 5-17% faster than `triton_gemv_w4`; the whole decode step
+followed only once the layer products launch their successors late (`W4RowsConfig.late_launch`: early, the
+next grid's programs piled onto the multiprocessors a small grid left free), so `Int4Linear` uses it under
+AUGURY_INT4_GEMV=1 unless AUGURY_INT4_GEMV_LAYOUT=tinygemm (docs/benchmarks.md, twentieth and twenty-first
+sessions). Written so it also runs under TRITON_INTERPRET=1 (tests).
 """
 
 from __future__ import annotations

@@ -29,10 +29,12 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 @pytest.fixture(autouse=True)
 def _int4_gemv_on(monkeypatch):
-    """The int4 GEMV route is opt-in (AUGURY_INT4_GEMV=1); these tests turn it on."""
+    """The int4 GEMV route is opt-in (AUGURY_INT4_GEMV=1); these tests turn it on, on tinygemm's bytes
+    (AUGURY_INT4_GEMV_LAYOUT=tinygemm: the row layout has its own tests, test_triton_gemv_w4r.py)."""
     from augury.layers import quant_linear
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", False)
 
 
 def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):
