@@ -172,7 +172,7 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
     dt = torch.bfloat16
     names = ("qkv", "o_proj", "gate_up", "down")
     W = [{n: torch.randn(SHAPES[n][0], SHAPES[n][1], device=dev, dtype=dt) * 0.02 for n in names}
-         for i in range(layers)]
+         for _ in range(layers)]
     g = torch.rand(4096, device=dev, dtype=dt) + 0.5
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o = torch.randn(1, 4096, device=dev, dtype=dt)
@@ -181,9 +181,9 @@ def bench_chain(dev: torch.device, bw: float, layers: int = 32) -> dict:
 
     def fused(L, pdl):
         gemv(h, L["qkv"], norm_weight=g, eps=1e-5, pdl=pdl)
-        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl)
+        hh = gemv(o, L["o_proj"], residual=h, pdl=pdl)
         gemv(hh, L["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl)
-        gemv(gu, **wt["down"], silu_mul=True, residual=hh, pdl=pdl)
+        gemv(gu, L["down"], silu_mul=True, residual=hh, pdl=pdl)
 
     def cublas(L):
         F.linear(h, L["qkv"]), F.linear(o, L["o_proj"]), F.linear(h, L["gate_up"]), F.linear(act, L["down"])

@@ -126,3 +126,18 @@ def test_bad_int4_layouts_are_refused(capsys, spec):
     with pytest.raises(SystemExit):
         gemv_gpu.main(["--int4-layout", spec])
     assert "--int4-layout" in capsys.readouterr().err
+
+
+def test_products_chain_hands_each_product_its_weight(monkeypatch):
+    """The four-product chain (`bench_chain`) runs the fused products in layer order on each layer's
+    own weights, with and without PDL, and cuBLAS beside them (kernels stubbed: one 8B-shaped layer)."""
+    import augury.layers.triton_gemv as tg
+
+    seen = []
+    monkeypatch.setattr(tg, "gemv", lambda x, w, **kw: seen.append((tuple(w.shape), kw["pdl"])) or
+                        torch.zeros(1, w.shape[0], dtype=x.dtype))
+    monkeypatch.setattr(gemv_gpu, "time_calls", lambda fns, dev: [f() for f in fns] and 100.0)
+    row = gemv_gpu.bench_chain(torch.device("cpu"), 4e12, layers=1)
+    shapes = [gemv_gpu.SHAPES[n][:2] for n in ("qkv", "o_proj", "gate_up", "down")]
+    assert seen == [(s, True) for s in shapes] + [(s, False) for s in shapes]
+    assert row["fused_pdl_us_per_layer"] == 100.0 and row["layers"] == 1
