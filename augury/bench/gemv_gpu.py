@@ -471,8 +471,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"{', '.join(LAYER_VARIANTS)})")
     if len(set(variants)) != len(variants):
         ap.error("--layer-variants: each variant once (the JSON keeps one result per name)")
+    specs = [m for m in a.int4_layout.split(",") if m]
     try:
-        [int4_mix(m) for m in a.int4_layout.split(",") if m]
+        for m in specs:
+            int4_mix(m)
     except ValueError as e:
         ap.error(f"--int4-layout: {e}")
     if not torch.cuda.is_available():
@@ -492,7 +494,6 @@ def main(argv: list[str] | None = None) -> int:
                                                                     indent=1))
     res = {"bandwidth_GBps": bw / 1e9, "rows": rows, "chain": None, "layer_chain": None}
     if not a.no_chain:
-        specs = [m for m in a.int4_layout.split(",") if m]
         int4 = (specs[0] if len(specs) == 1 else specs) if a.weights == "int4" else None
         run = {"chain": bench_chain,
                "layer_chain": lambda d, b: bench_layer_chain(d, b, ctx=a.ctx, variants=variants, probe=a.attn_probe,

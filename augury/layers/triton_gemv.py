@@ -88,11 +88,13 @@ _ENV_CFG = launch_env.overrides("AUGURY_GEMV_CFG", GemvConfig)  # A/B runs: `lau
 
 def default_config(n: int, k: int) -> GemvConfig:
     """`_default_config` with AUGURY_GEMV_CFG's fields for this product (`launch_env`) over it."""
-    return launch_env.apply(_default_config(n, k), product_class(n, k), _ENV_CFG)
+    cls = product_class(n, k)
+    return launch_env.apply(_default_config(cls, k), cls, _ENV_CFG)
 
 
-def _default_config(n: int, k: int) -> GemvConfig:
-    """Launch parameters from (N, K) alone (a captured step always launches the same grid).
+def _default_config(cls: str, k: int) -> GemvConfig:
+    """Launch parameters from the shape alone, its `product_class` and K (a captured step always
+    launches the same grid).
 
     Rows of K >= 2,048 columns (8B-sized layers) by shape class, from the H200 sweep of the 8B
     products (`python -m augury.bench.gemv_gpu --sweep`, docs/benchmarks.md "Eleventh session"):
@@ -101,13 +103,12 @@ def _default_config(n: int, k: int) -> GemvConfig:
     smaller layer 8 rows x 1,024 columns over 4 warps (smaller layers were not swept: there the
     wider blocks would leave fewer programs than multiprocessors)."""
     bk = min(1024, triton.next_power_of_2(k))
-    if k >= 2048:
-        if k >= 2 * n:
-            return GemvConfig(block_n=16, block_k=bk, num_warps=8)
-        if n <= k:
-            return GemvConfig(block_n=8, block_k=2048, num_warps=8)
-        if n <= 2 * k:
-            return GemvConfig(block_n=8, block_k=512, num_warps=4)
+    if cls == "down":
+        return GemvConfig(block_n=16, block_k=bk, num_warps=8)
+    if cls == "o_proj":
+        return GemvConfig(block_n=8, block_k=2048, num_warps=8)
+    if cls == "qkv":
+        return GemvConfig(block_n=8, block_k=512, num_warps=4)
     return GemvConfig(block_n=8, block_k=bk, num_warps=4)
 
 

@@ -43,7 +43,6 @@ high. Written so it also runs under TRITON_INTERPRET=1 (tests).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
@@ -51,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from augury.layers import launch_env
 from augury.layers.triton_gemv import _norm_inv, _rnd, _rope_kv_epilogue, _x_in
 
 
@@ -65,35 +65,29 @@ class W4SplitConfig:
     late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
 
 
+def product_class(n: int, k: int) -> str:
+    """Which Llama product a [n, k] int4 weight's shape stands for: how both int4 GEMVs pick their
+    launch defaults (and `launch_env` names their overrides)."""
+    return ("lm_head" if n >= 65536 else "gate_up" if n >= 16384 else "down" if k >= 8192
+            else "o_proj" if n <= 4096 else "qkv")
+
+
+# each Llama-3-8B product's best in the H200 sweep (`python -m augury.bench.gemv_gpu --weights int4
+# --sweep`, docs/data/gpu10); qkv (and any other shape) takes W4SplitConfig's own defaults
+_DEFAULTS = {
+    "lm_head": W4SplitConfig(block_n=32, bko=2, rows_per_program=1024, num_warps=4),
+    "gate_up": W4SplitConfig(block_n=64, bko=2, rows_per_program=1024, num_warps=8),
+    "down": W4SplitConfig(block_n=32, bko=2, rows_per_program=512, num_warps=4),  # long K, few rows
+    "o_proj": W4SplitConfig(block_n=128, bko=2, rows_per_program=128, num_warps=4),  # fewer rows, more programs
+}
+_ENV_CFG = launch_env.overrides("AUGURY_W4_CFG", W4SplitConfig)  # A/B runs: `launch_env`
+
+
 def default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
-    """`_default_config` with AUGURY_W4_CFG's fields for this product over it (`launch_env`; the
-    products sorted as `triton_gemv_w4r.product_class` sorts them)."""
-    from augury.layers import launch_env
-    from augury.layers.triton_gemv_w4r import product_class
-
-    return launch_env.apply(_default_config(n, k, ikt), product_class(n, k), _env_cfg())
-
-
-@functools.lru_cache(maxsize=1)
-def _env_cfg() -> dict:
-    from augury.layers import launch_env
-
-    return launch_env.overrides("AUGURY_W4_CFG", W4SplitConfig)
-
-
-def _default_config(n: int, k: int, ikt: int) -> W4SplitConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid):
-    each Llama-3-8B product's best in the H200 sweep (`python -m augury.bench.gemv_gpu --weights
-    int4 --sweep`, docs/data/gpu10)."""
-    if n >= 65536:  # LM head
-        return W4SplitConfig(block_n=32, bko=2, rows_per_program=1024, num_warps=4)
-    if n >= 16384:  # gate/up
-        return W4SplitConfig(block_n=64, bko=2, rows_per_program=1024, num_warps=8)
-    if k >= 8192:  # down: long K, few rows
-        return W4SplitConfig(block_n=32, bko=2, rows_per_program=512, num_warps=4)
-    if n <= 4096:  # o_proj: fewer rows per program, more programs
-        return W4SplitConfig(block_n=128, bko=2, rows_per_program=128, num_warps=4)
-    return W4SplitConfig()
+    `_DEFAULTS` by `product_class`, with AUGURY_W4_CFG's fields for that product over them."""
+    cls = product_class(n, k)
+    return launch_env.apply(_DEFAULTS.get(cls, W4SplitConfig()), cls, _ENV_CFG)
 
 
 @triton.jit

@@ -40,7 +40,7 @@ from augury.layers import launch_env
 from augury.layers.triton_gemv import _norm_inv, _rnd, _x_in
 from augury.layers.int4_layout import BLOCK_ROWS, block_rows
 from augury.layers.triton_gemv_w4 import (_chunk_epilogue, _finish, _h2, _half2_dot, _pow2_range, _workspace,
-                                          row_chunks)
+                                          product_class, row_chunks)
 
 
 @dataclass(frozen=True)
@@ -56,40 +56,30 @@ class W4RowsConfig:
 _STAGES = int(os.environ.get("AUGURY_W4R_STAGES", "0"))  # > 0: every shape's default pipelined that deep (A/B runs)
 
 
+# each Llama-3-8B product's best on the H200 (docs/benchmarks.md, twentieth session; the probe over
+# configs: docs/data/gpu20/w4r_probe.py), then in the layer chain (twenty-first session): every layer
+# product launches its successor late (let early, the next grid's programs piled onto the multiprocessors
+# this one left free and the chain ran 100.1 us a layer instead of 83.1), and down takes 256-row chunks
+# without the shared-memory pipeline (224 programs instead of 112 over fewer than the machine's 132
+# multiprocessors: 77.8 us)
+_DEFAULTS = {
+    "lm_head": W4RowsConfig(block_n=64, entries=8, rows_per_program=256, num_warps=4),
+    "gate_up": W4RowsConfig(block_n=64, entries=8, rows_per_program=1024, num_warps=4, late_launch=True),
+    "down": W4RowsConfig(block_n=32, entries=32, rows_per_program=256, num_warps=4, late_launch=True),
+    "o_proj": W4RowsConfig(block_n=128, entries=8, rows_per_program=256, num_warps=8, late_launch=True),
+    "qkv": W4RowsConfig(block_n=64, entries=8, rows_per_program=512, num_warps=4, stages=3, late_launch=True),
+}
 _ENV_CFG = launch_env.overrides("AUGURY_W4R_CFG", W4RowsConfig)  # A/B runs: `launch_env`
 
 
-def product_class(n: int, k: int) -> str:
-    """Which Llama product a [n, k] weight's shape stands for, as `_default_config` sorts them."""
-    return ("lm_head" if n >= 65536 else "gate_up" if n >= 16384 else "down" if k >= 8192
-            else "o_proj" if n <= 4096 else "qkv")
-
-
 def default_config(n: int, k: int) -> W4RowsConfig:
-    """`_default_config`, every stage count overridden by AUGURY_W4R_STAGES where set, then
-    AUGURY_W4R_CFG's fields for this product (`launch_env`)."""
-    cfg = _default_config(n, k)
-    cfg = replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
-    return launch_env.apply(cfg, product_class(n, k), _ENV_CFG)
-
-
-def _default_config(n: int, k: int) -> W4RowsConfig:
     """Launch parameters from the weight's shape alone (a captured step always launches the same grid
-    and a blocked weight is laid out for them): each Llama-3-8B product's best on the H200
-    (docs/benchmarks.md, twentieth session; the probe over configs: docs/data/gpu20/w4r_probe.py), then
-    in the layer chain (twenty-first session): every layer product launches its successor late (let
-    early, the next grid's programs piled onto the multiprocessors this one left free and the chain ran
-    100.1 us a layer instead of 83.1), and down takes 256-row chunks without the shared-memory pipeline
-    (224 programs instead of 112 over fewer than the machine's 132 multiprocessors: 77.8 us)."""
-    if n >= 65536:  # LM head
-        return W4RowsConfig(block_n=64, entries=8, rows_per_program=256, num_warps=4)
-    if n >= 16384:  # gate/up
-        return W4RowsConfig(block_n=64, entries=8, rows_per_program=1024, num_warps=4, late_launch=True)
-    if k >= 8192:  # down: long K, few rows
-        return W4RowsConfig(block_n=32, entries=32, rows_per_program=256, num_warps=4, late_launch=True)
-    if n <= 4096:  # o_proj
-        return W4RowsConfig(block_n=128, entries=8, rows_per_program=256, num_warps=8, late_launch=True)
-    return W4RowsConfig(block_n=64, entries=8, rows_per_program=512, num_warps=4, stages=3, late_launch=True)  # qkv
+    and a blocked weight is laid out for them): `_DEFAULTS` by `product_class`, every stage count
+    overridden by AUGURY_W4R_STAGES where set, then AUGURY_W4R_CFG's fields for that product."""
+    cls = product_class(n, k)
+    cfg = _DEFAULTS[cls]
+    cfg = replace(cfg, stages=_STAGES) if _STAGES > 0 else cfg
+    return launch_env.apply(cfg, cls, _ENV_CFG)
 
 
 def blocked_entries(n: int, k: int, group_size: int) -> int | None:

@@ -36,8 +36,8 @@ def test_default_configs_take_the_table_for_their_product(monkeypatch):
     monkeypatch.setattr(triton_gemv_w4r, "_ENV_CFG", {"down": {"rows_per_program": 256}, "qkv": {"stages": 1}})
     assert triton_gemv_w4r.default_config(4096, 14336).rows_per_program == 256
     assert triton_gemv_w4r.default_config(6144, 4096).stages == 1
-    assert triton_gemv_w4r.default_config(28672, 4096) == triton_gemv_w4r._default_config(28672, 4096)
-    monkeypatch.setattr(triton_gemv_w4, "_env_cfg", lambda: {"o_proj": {"late_launch": True}})
+    assert triton_gemv_w4r.default_config(28672, 4096) == triton_gemv_w4r._DEFAULTS["gate_up"]
+    monkeypatch.setattr(triton_gemv_w4, "_ENV_CFG", {"o_proj": {"late_launch": True}})
     assert triton_gemv_w4.default_config(4096, 4096, 8).late_launch
     assert not triton_gemv_w4.default_config(4096, 14336, 8).late_launch
     names = {triton_gemv.product_class(n, k) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
