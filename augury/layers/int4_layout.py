@@ -124,3 +124,78 @@ def unblock_rows(packed: torch.Tensor, scales: torch.Tensor, entries: int) -> tu
     w = packed.view(n // r, kw // ks, r, ks).permute(0, 2, 1, 3).contiguous().view(n, kw)
     s = scales.view(n // r, kw // ks, r, entries).permute(0, 2, 1, 3).contiguous().view(n, kw // 4)
     return w, s
+
+
+# The tensor-core GEMV's layout (`triton_gemv_w4m`): the weight in tiles of 16 rows x 256 columns
+# (8 groups of 32), tiles ordered (column block, row tile), each tile 2 KB = [4 loads, 32 lanes,
+# 4 words]: lane l = 4 g + t's word j = 4 c + jj is its A operand of the j-th m16n8k16 mma of the
+# tile. Rows g and g + 8 of the tile, column groups t and t + 4, columns 2 j and 2 j + 1 of the group:
+# nibble b holds row g + 8 ((b >> 1) & 1), group t + 4 (b & 1), column 2 j + (b >> 2), so one LOP3
+# with 0x000F000F / 0x00F000F0 (on the word, then on it shifted by 8) yields each fp16x2 A register.
+MMA_ROWS, MMA_COLS = 16, 256
+
+
+def _mma_nibble_index(device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row in tile, column in block) of every nibble: int64 [8 nibbles, 4 c, 32 lanes, 4 jj] each."""
+    b = torch.arange(8, device=device)[:, None, None, None]
+    c = torch.arange(4, device=device)[None, :, None, None]
+    lane = torch.arange(32, device=device)[None, None, :, None]
+    jj = torch.arange(4, device=device)[None, None, None, :]
+    g, t, j = lane // 4, lane % 4, 4 * c + jj
+    row = g + 8 * ((b >> 1) & 1)
+    col = 32 * (t + 4 * (b & 1)) + 2 * j + (b >> 2)
+    return row.expand(8, 4, 32, 4), col.expand(8, 4, 32, 4)
+
+
+def pack_mma(q: torch.Tensor) -> torch.Tensor:
+    """q [N, K] (values 0..15), N % 16 == 0, K % 256 == 0 -> int32 [K / 256, N / 16, 512] on q's device."""
+    n, k = q.shape
+    if n % MMA_ROWS or k % MMA_COLS:
+        raise ValueError(f"the mma int4 layout needs N % {MMA_ROWS} == 0 and K % {MMA_COLS} == 0, got {n}x{k}")
+    row, col = _mma_nibble_index(q.device)
+    tiles = q.to(torch.int32).view(n // 16, 16, k // 256, 256).permute(2, 0, 1, 3)  # [KB, NT, 16, 256]
+    nib = tiles[:, :, row, col]  # [KB, NT, 8, 4, 32, 4]
+    words = torch.zeros(nib.shape[:2] + nib.shape[3:], dtype=torch.int64, device=q.device)
+    for b in range(8):
+        words |= nib[:, :, b].to(torch.int64) << (4 * b)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return words.reshape(k // 256, n // 16, 512)
+
+
+def unpack_mma(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of `pack_mma`: int32 [K / 256, N / 16, 512] -> q [N, K] uint8."""
+    kb, nt, _ = packed.shape
+    row, col = _mma_nibble_index(packed.device)
+    words = packed.to(torch.int64).view(kb, nt, 4, 32, 4)
+    tiles = torch.empty(kb, nt, 16, 256, dtype=torch.uint8, device=packed.device)
+    for b in range(8):
+        tiles[:, :, row[b], col[b]] = ((words >> (4 * b)) & 15).to(torch.uint8)
+    return tiles.permute(1, 2, 0, 3).reshape(nt * 16, kb * 256)
+
+
+def _mma_scale_index(device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row in tile, group in block) of lane l's accumulator entry c of a tile: int64 [32, 4] each
+    (m16n8k16's C fragment: c0/c1 row g, c2/c3 row g + 8; columns 2 t and 2 t + 1 = the groups)."""
+    lane = torch.arange(32, device=device)[:, None]
+    c = torch.arange(4, device=device)[None, :]
+    return (lane // 4 + 8 * (c >> 1)).expand(32, 4), (2 * (lane % 4) + (c & 1)).expand(32, 4)
+
+
+def scales_mma(scales: torch.Tensor) -> torch.Tensor:
+    """int32 (scale, zero) pairs [N, K / 32] (`transpose_scales`) -> [K / 256, N / 16, 128] in the
+    tiles' order, lane l's four entries (its accumulator's) one 16-byte load."""
+    n, g = scales.shape
+    if n % MMA_ROWS or g % 8:
+        raise ValueError(f"the mma int4 layout needs N % 16 == 0 and K / 32 % 8 == 0, got [{n}, {g}] scales")
+    row, grp = _mma_scale_index(scales.device)
+    tiles = scales.view(n // 16, 16, g // 8, 8).permute(2, 0, 1, 3)  # [KB, NT, 16, 8]
+    return tiles[:, :, row, grp].reshape(g // 8, n // 16, 128).contiguous()
+
+
+def unscales_mma(sz: torch.Tensor) -> torch.Tensor:
+    """The inverse of `scales_mma`."""
+    kb, nt, _ = sz.shape
+    row, grp = _mma_scale_index(sz.device)
+    tiles = torch.empty(kb, nt, 16, 8, dtype=sz.dtype, device=sz.device)
+    tiles[:, :, row, grp] = sz.view(kb, nt, 32, 4)
+    return tiles.permute(1, 2, 0, 3).reshape(nt * 16, kb * 8)

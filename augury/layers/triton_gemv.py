@@ -349,6 +349,14 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
         if w.dim() != 2:
             raise ValueError(f"gemv: a plain weight is [N, K], got {tuple(w.shape)} (an int4 weight needs its scales)")
         return w.shape[0], w.shape[1], None
+    if w.dim() == 3 and w.dtype == torch.int32 and w.shape[2] == 512 and w.is_contiguous():  # `triton_gemv_w4m.pack`
+        kb, nt = w.shape[0], w.shape[1]
+        if group_size != 32 or scales_zeros.dtype != torch.int32 or scales_zeros.shape != (kb, nt, 128) \
+                or not scales_zeros.is_contiguous():
+            raise ValueError(f"gemv: an mma-layout int4 weight takes group 32 and its contiguous int32 scales "
+                             f"[{kb}, {nt}, 128] (triton_gemv_w4m.pack), got group {group_size}, "
+                             f"{scales_zeros.dtype} {tuple(scales_zeros.shape)}")
+        return 16 * nt, 256 * kb, dict(scales=scales_zeros, group_size=32, ikt=0, transposed=True, layout="mma")
     if w.dim() == 2 and w.dtype == torch.int32 and w.is_contiguous():  # `triton_gemv_w4r.pack`'s layout
         n, k, ikt, layout = w.shape[0], 8 * w.shape[1], 0, "rows"
     elif w.dim() == 4 and w.dtype == torch.int32 and w.shape[2] == 32 and 2 * w.shape[3] in (2, 4, 8) \
@@ -356,8 +364,9 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
         ikt, layout = 2 * w.shape[3], "tinygemm"
         n, k = 8 * w.shape[0], 16 * ikt * w.shape[1]
     else:
-        raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2] or the "
-                         f"row-major int32 [N, K/8] of triton_gemv_w4r.pack, got {w.dtype} {tuple(w.shape)}")
+        raise ValueError(f"gemv: an int4 weight is tinygemm's contiguous int32 [N/8, K/(16T), 32, T/2], the "
+                         f"row-major int32 [N, K/8] of triton_gemv_w4r.pack or the int32 [K/256, N/16, 512] of "
+                         f"triton_gemv_w4m.pack, got {w.dtype} {tuple(w.shape)}")
     if group_size not in (32, 64, 128, 256) or k % group_size:
         raise ValueError(f"gemv: int4 groups are 32-256 columns dividing K={k}, got {group_size}")
     g = k // group_size
@@ -417,6 +426,15 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
         from augury.layers import triton_gemv_w4, triton_gemv_w4r  # they import this module's helpers
 
         x, g, w, r, y, n, k = args[:7]
+        if w4["layout"] == "mma":
+            from augury.layers import triton_gemv_w4m
+
+            if cfg is not None and not isinstance(cfg, triton_gemv_w4m.W4MmaConfig):
+                raise ValueError("gemv: mma-layout int4 weights take a triton_gemv_w4m.W4MmaConfig")
+            triton_gemv_w4m.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
+                                   residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
+                                   cfg=cfg, pdl=pdl)
+            return
         if w4["layout"] == "rows":
             if cfg is not None and not isinstance(cfg, triton_gemv_w4r.W4RowsConfig):
                 raise ValueError("gemv: row-major int4 weights take a triton_gemv_w4r.W4RowsConfig")

@@ -211,9 +211,13 @@ def _tile_part(p, sz, one, x0, x1, x2, x3, x4, x5, x6, x7, x04, x15, x26, x37, x
 
 
 @triton.jit
-def _slice_sum(ws_ptr, N, rows, ok, NSPLIT: tl.constexpr):
+def _slice_sum(ws_ptr, N, rows, ok, NSPLIT: tl.constexpr, PAIRED: tl.constexpr = False):
     """The K slices' partial sums of `rows`, added in slice order (the same bits whichever program
-    adds them); `.cg` reads from L2, where the other programs' stores are."""
+    adds them); `.cg` reads from L2, where the other programs' stores are. PAIRED: the workspace
+    holds each 16-row tile's rows in the order 0, 8, 1, 9, ... (`triton_gemv_w4m`: a lane's two rows
+    are one 8-byte store)."""
+    if PAIRED:
+        rows = rows // 16 * 16 + 2 * (rows % 8) + (rows % 16) // 8
     acc = tl.zeros(rows.shape, dtype=tl.float32)
     for s_i in tl.static_range(NSPLIT):  # unrolled: the NSPLIT loads are in flight together
         acc += tl.load(ws_ptr + s_i * N + rows, mask=ok, other=0.0, cache_modifier=".cg")
@@ -221,22 +225,23 @@ def _slice_sum(ws_ptr, N, rows, ok, NSPLIT: tl.constexpr):
 
 
 @triton.jit
-def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7):
-    """(2^d, 2^-d) with max |x| 2^d in [512, 1024) over the eight tensors: em is max |x|'s exponent
-    field, kept where both factors are normal floats."""
+def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7, TOP: tl.constexpr = 10):
+    """(2^d, 2^-d) with max |x| 2^d in [2^(TOP-1), 2^TOP) over the eight tensors: em is max |x|'s
+    exponent field, kept where both factors are normal floats."""
     m = tl.maximum(tl.maximum(tl.max(tl.abs(x0)), tl.max(tl.abs(x1))), tl.maximum(tl.max(tl.abs(x2)), tl.max(tl.abs(x3))))
     m = tl.maximum(m, tl.maximum(tl.maximum(tl.max(tl.abs(x4)), tl.max(tl.abs(x5))),
                                  tl.maximum(tl.max(tl.abs(x6)), tl.max(tl.abs(x7)))))
     em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 10), 254)
-    return ((263 - em) << 23).to(tl.float32, bitcast=True), ((em - 9) << 23).to(tl.float32, bitcast=True)
+    return ((253 + TOP - em) << 23).to(tl.float32, bitcast=True), ((em + 1 - TOP) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr,
                     slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
-                    HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
+                    HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr,
+                    PAIRED: tl.constexpr = False):
     """A row chunk's output from its K slices' partial sums in the workspace: added in slice order,
-    then the epilogue (residual, or rope and the K/V pool writes)."""
+    then the epilogue (residual, or rope and the K/V pool writes). PAIRED: `_slice_sum`'s."""
     if ROPE_KV:
         D: tl.constexpr = 2 * HALF
         # PP rope pairs at a time: entry 2j is row j0 + j of the head, entry 2j + 1 its partner D/2 further
@@ -245,13 +250,13 @@ def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, 
             head = pid_n * (NB // D) + hh
             for j0 in tl.static_range(0, HALF, PP):
                 rr = head * D + (pe % 2) * HALF + j0 + pe // 2
-                acc = _slice_sum(ws_ptr, N, rr, rr < N, NSPLIT)
+                acc = _slice_sum(ws_ptr, N, rr, rr < N, NSPLIT, PAIRED)
                 _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
                                   slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
     else:
         rr = row0 + tl.arange(0, NB)
         ok = rr < N
-        y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT), dt).to(dt)
+        y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, PAIRED), dt).to(dt)
         if RESIDUAL:
             y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
         tl.store(y_ptr + rr, y, mask=ok)
@@ -260,15 +265,15 @@ def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, 
 @triton.jit
 def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
             s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr,
-            HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr):
+            HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr, PAIRED: tl.constexpr = False):
     """After a program's partial sums are in the workspace: the last of its chunk's K programs adds
     the chunk's partials in slice order and applies the epilogue (all the programs' stores are
-    visible to it: each program's barrier + release, its acquire)."""
+    visible to it: each program's barrier + release, its acquire). PAIRED: `_slice_sum`'s."""
     tl.debug_barrier()
     prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
     if prev == NSPLIT - 1:
         _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
-                        s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt)
+                        s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt, PAIRED)
         tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
 
 

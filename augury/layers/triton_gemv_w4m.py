@@ -1,0 +1,380 @@
+"""One-row int4 products for decode on the tensor cores (m16n8k16 mma), split over K, in Triton.
+
+The fp16x2 GEMVs (`triton_gemv_w4`, `triton_gemv_w4r`) spend ~2.9 loop instructions per weight (offline
+sm_90 SASS): decode, the fp16x2 dot, fp32 conversions and adds, and per-entry scale work. Here the dot
+and its sums run inside `mma.sync.m16n8k16` (fp16 in, fp32 accumulate), so a weight costs its share of
+a decode (one LOP3 per fp16x2 register, one shift per word: 5 instructions for 8 weights) and of one
+mma per word, plus a 16-byte load per 4 words.
+
+The trick that keeps the scales out of the inner loop: the mma's 8 output columns are the 8 groups
+(32 columns each) of a 256-column block, not 8 copies of one. Its k index kappa = 2 n + e of the j-th
+mma of a block stands for column 32 n + 2 j + e, and the B operand holds x at (kappa, n) only, zero
+elsewhere. After the block's 16 mmas, C[m, n] is row m's dot over group n alone, and each lane holds
+four such (row, group) entries -- exactly where one (scale, zero) applies: 4 FMAs per 128 weights. A
+lane's B registers are x's fp16 pairs of one group (lanes with g == t: group t in b0; g == t + 4:
+group t + 4 in b1), zero in the other 24 lanes; built once per program (the block is the program's K
+slice), they serve all its row tiles.
+
+Decode: or-ing a nibble pair into 1024.0's mantissas makes fp16 1024 + q (bits 0-3, 16-19) or
+1024 + 16 q (bits 4-7, 20-23; x of those groups is fed divided by 16, exactly), so C carries the
+offset 1024 sum(x) (resp. 64 sum(x)) plus the q - 8 form's 8 sum(x): the accumulators start at minus
+that, computed by 16 mmas with A = 1.0 over the same fp16 inputs (`_MMA_ONES`), once per program.
+x is scaled by a power of two into fp16's range first (`_pow2_range`, exact, undone on the sums).
+
+Layout (`int4_layout.pack_mma`): int32 [K / 256, N / 16, 512], tiles of 16 rows x 256 columns in
+(block, row tile) order, a program's tiles contiguous; scales (`int4_layout.scales_mma`) int32
+[K / 256, N / 16, 128], lane-major, the bf16 scale in the low half and the zero in the high (value
+(q - 8) * scale + zero, tinygemm's). A program = one 256-column block x a chunk of rows; warp w takes
+its row tiles w, w + W, ...; the K slices' partial sums and the epilogues are `triton_gemv_w4`'s
+(`_finish`). The row-per-thread [32 W, 4] tensors the asm sees are 16-byte loads: Triton gives each
+thread one row of them, so element (i, .) is lane i % 32 of warp i // 32 as the mma fragments need
+(checked on the H200 against the dequantized product). Under TRITON_INTERPRET=1 (no inline
+assembly) `_mma4` emulates the warp-wide mma on the same registers, so CI checks the layout, the lane
+roles and the offsets on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from augury.layers import launch_env
+from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
+from augury.layers.triton_gemv import _norm_inv, _x_in
+from augury.layers.triton_gemv_w4 import _finish, _h2, _workspace, product_class, row_chunks
+
+
+@dataclass(frozen=True)
+class W4MmaConfig:
+    rows_per_program: int = 512  # NB: a multiple of 16 x num_warps (each warp takes NB / 16 / W row tiles)
+    num_warps: int = 4
+    late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
+    block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
+
+
+_DEFAULTS = {
+    "lm_head": W4MmaConfig(rows_per_program=1024, num_warps=4),
+    "gate_up": W4MmaConfig(rows_per_program=1024, num_warps=4, late_launch=True),
+    "down": W4MmaConfig(rows_per_program=512, num_warps=4, late_launch=True),
+    "o_proj": W4MmaConfig(rows_per_program=256, num_warps=4, late_launch=True),
+    "qkv": W4MmaConfig(rows_per_program=512, num_warps=4, late_launch=True),
+}
+_ENV_CFG = launch_env.overrides("AUGURY_W4M_CFG", W4MmaConfig)  # A/B runs: `launch_env`
+
+
+def default_config(n: int, k: int) -> W4MmaConfig:
+    """Launch parameters from the weight's shape alone: `_DEFAULTS` by `product_class`, then
+    AUGURY_W4M_CFG's fields for that product."""
+    cls = product_class(n, k)
+    return launch_env.apply(_DEFAULTS[cls], cls, _ENV_CFG)
+
+
+def pack(q: torch.Tensor, scales_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K] (0..15) and int32 (scale, zero) pairs [N, K / 32] -> this GEMV's weight and scales."""
+    from augury.layers.int4_layout import pack_mma, scales_mma
+
+    return pack_mma(q), scales_mma(scales_t)
+
+
+def supported(n: int, k: int, group_size: int) -> bool:
+    """Shapes this kernel's layout holds: 16-row tiles, 256-column blocks, groups of 32."""
+    return group_size == 32 and n % MMA_ROWS == 0 and k % MMA_COLS == 0
+
+
+def pack_from_tinygemm(packed: torch.Tensor, scales_t: torch.Tensor, chunk_rows: int = 4096
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`pack` of a weight held in tinygemm's layout (`Int4Linear.packed` on CUDA), on its device, a few
+    thousand rows at a time (an 8B LM head's nibbles at once would take GBs)."""
+    from augury.layers.int4_layout import pack_mma, scales_mma, unpack
+
+    n = 8 * packed.shape[0]
+    k = 16 * (2 * packed.shape[3]) * packed.shape[1]
+    w = torch.empty((k // MMA_COLS, n // MMA_ROWS, 512), dtype=torch.int32, device=packed.device)
+    sz = torch.empty((k // MMA_COLS, n // MMA_ROWS, 128), dtype=torch.int32, device=packed.device)
+    step = max(MMA_ROWS, chunk_rows // MMA_ROWS * MMA_ROWS)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        w[:, r0 // 16: r1 // 16] = pack_mma(unpack(packed[r0 // 8: r1 // 8]))
+        sz[:, r0 // 16: r1 // 16] = scales_mma(scales_t[r0:r1].contiguous())
+    return w, sz
+
+
+# Four m16n8k16 mmas, one per word of a 16-byte load: $4-$7 the words (A: decoded here), $8-$11 and
+# $12-$15 each mma's b0 / b1 (x's fp16 pairs or 0), $16-$19 the accumulators in, $0-$3 out. The
+# accumulators live in local registers between the mmas (an output may share a register with an
+# input that is still to be read).
+def _mma4_asm(ones: bool) -> str:
+    body = [".reg .b32 a0, a1, a2, a3, s;", ".reg .f32 d0, d1, d2, d3;",
+            "mov.f32 d0, $16;", "mov.f32 d1, $17;", "mov.f32 d2, $18;", "mov.f32 d3, $19;"]
+    if ones:
+        body += ["mov.b32 a0, 0x3C003C00;", "mov.b32 a1, a0;", "mov.b32 a2, a0;", "mov.b32 a3, a0;"]
+    for j in range(4):
+        if not ones:
+            w = f"${4 + j}"
+            body += [f"lop3.b32 a0, {w}, 0x000F000F, 0x64006400, 0xEA;",
+                     f"lop3.b32 a2, {w}, 0x00F000F0, 0x64006400, 0xEA;",
+                     f"shr.u32 s, {w}, 8;",
+                     "lop3.b32 a1, s, 0x000F000F, 0x64006400, 0xEA;",
+                     "lop3.b32 a3, s, 0x00F000F0, 0x64006400, 0xEA;"]
+        body.append("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d0, d1, d2, d3}, {a0, a1, a2, a3}, "
+                    f"{{${8 + j}, ${12 + j}}}, {{d0, d1, d2, d3}};")
+    body += ["mov.f32 $0, d0;", "mov.f32 $1, d1;", "mov.f32 $2, d2;", "mov.f32 $3, d3;"]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+_MMA4 = tl.constexpr(_mma4_asm(False))
+# a lane's two entries of row g ($4, $5) and of row g + 8 ($6, $7), then over the 4 lanes t of its g
+_ROW_SUMS = tl.constexpr("""{
+.reg .f32 a, b, u;
+add.f32 a, $4, $5;
+add.f32 b, $6, $7;
+shfl.sync.bfly.b32 u, a, 1, 0x1f, 0xffffffff;
+add.f32 a, a, u;
+shfl.sync.bfly.b32 u, b, 1, 0x1f, 0xffffffff;
+add.f32 b, b, u;
+shfl.sync.bfly.b32 u, a, 2, 0x1f, 0xffffffff;
+add.f32 a, a, u;
+shfl.sync.bfly.b32 u, b, 2, 0x1f, 0xffffffff;
+add.f32 b, b, u;
+mov.f32 $0, a;
+mov.f32 $1, a;
+mov.f32 $2, b;
+mov.f32 $3, b;
+}""")
+_MMA_ONES = tl.constexpr(_mma4_asm(True))
+
+
+@triton.jit
+def _half(b, hi: tl.constexpr):
+    """fp16 half of int32 pairs (low half: the pair's first column) as fp32."""
+    h = (b >> 16) if hi else b
+    return (h & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _emu_mma(a_lt, a_lb, a_ht, a_hb, b0, b1, W: tl.constexpr):
+    """The warp-wide m16n8k16 product of one register set, for the interpreter: A's four registers
+    per lane as fp32 halves [W, 8 g, 4 t, 2 e] (a0: row g, kappa 2t+e; a1: row g+8; a2: row g,
+    kappa 8+2t+e; a3: row g+8), B's b0 / b1 [T] int32 pairs -> D as the lanes' C entries [T, 4]."""
+    b0v = tl.join(_half(b0, False), _half(b0, True)).reshape(W, 8, 4, 2)  # B[2t+e, n = g]
+    b1v = tl.join(_half(b1, False), _half(b1, True)).reshape(W, 8, 4, 2)  # B[8+2t+e, n = g]
+    # D[row, n] = sum_{t, e} A[row, kappa] B[kappa, n]: rows [W, 8, 1, 4, 2] against n [W, 1, 8, 4, 2]
+    top = tl.sum(tl.sum(a_lt[:, :, None] * b0v[:, None] + a_ht[:, :, None] * b1v[:, None], axis=4), axis=3)
+    bot = tl.sum(tl.sum(a_lb[:, :, None] * b0v[:, None] + a_hb[:, :, None] * b1v[:, None], axis=4), axis=3)
+    # lane (g, t) holds D[g, 2t + e'] (c0, c1) and D[g + 8, 2t + e'] (c2, c3)
+    d = tl.join(top.reshape(W, 8, 4, 2), bot.reshape(W, 8, 4, 2))  # [W, 8, 4, e', h]
+    return tl.permute(d, (0, 1, 2, 4, 3)).reshape(W * 32, 4)
+
+
+@triton.jit
+def _col(v, jj: tl.constexpr):
+    """Column jj of a [T, 4] tensor as [T] (interpreter only)."""
+    return tl.sum(tl.where(tl.arange(0, 4)[None, :] == jj, v, 0), axis=1)
+
+
+@triton.jit
+def _emu_nib(word, lo: tl.constexpr, hi: tl.constexpr, mult: tl.constexpr, W: tl.constexpr):
+    """A register of nibbles lo (low half) and hi (high half) as 1024 + mult * q, [W, 8, 4, 2]."""
+    q = tl.join((word >> (4 * lo)) & 15, (word >> (4 * hi)) & 15).to(tl.float32)
+    return (1024.0 + mult * q).reshape(W, 8, 4, 2)
+
+
+@triton.jit
+def _mma4(words, b0, b1, c, W: tl.constexpr, ONES: tl.constexpr, ASM: tl.constexpr):
+    """Four mmas over the lanes' [T, 4] registers (see `_mma4_asm`); ONES: A = 1.0 (words unused)."""
+    if ASM:
+        if ONES:
+            return tl.inline_asm_elementwise(_MMA_ONES, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r,f,f,f,f",
+                                             [words, b0, b1, c], dtype=tl.float32, is_pure=True, pack=4)
+        return tl.inline_asm_elementwise(_MMA4, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r,f,f,f,f",
+                                         [words, b0, b1, c], dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        for jj in tl.static_range(4):
+            w = _col(words, jj)
+            if ONES:
+                one = tl.full([W, 8, 4, 2], 1.0, tl.float32)
+                d = _emu_mma(one, one, one, one, _col(b0, jj), _col(b1, jj), W)
+            else:
+                d = _emu_mma(_emu_nib(w, 0, 4, 1.0, W), _emu_nib(w, 2, 6, 1.0, W), _emu_nib(w, 1, 5, 16.0, W),
+                             _emu_nib(w, 3, 7, 16.0, W), _col(b0, jj), _col(b1, jj), W)
+            c = c + d
+        return c
+
+
+@triton.jit
+def _x_frag(x_ptr, g_ptr, cols, use, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
+    """The prologue's inputs at cols [T, 8] (lanes that feed B; 0 elsewhere), fp32."""
+    return _x_in(x_ptr, g_ptr, cols, use, K, inv, PRO, dt)
+
+
+@triton.jit
+def _pairs(v, keep):
+    """[T, 8] fp32 (already in fp16's range) -> [T, 4] int32 fp16 pairs, 0 where not keep [T, 1]."""
+    lo, hi = tl.split(tl.reshape(v, [v.shape[0], 4, 2]))
+    return tl.where(keep, _h2(lo, hi), 0)
+
+
+@triton.jit
+def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep,
+          W: tl.constexpr, ASM: tl.constexpr):
+    """One row tile per warp over the block: 16 mmas, the (scale, zero) per entry, the rows' sums to
+    the workspace: lane t == 0 of each g stores its rows g and g + 8 at `out` [T, 2] (adjacent: the
+    workspace's PAIRED order) where `keep`."""
+    d = _mma4(p0, b_a0, b_b0, c_init, W, False, ASM)
+    d = _mma4(p1, b_a1, b_b1, d, W, False, ASM)
+    d = _mma4(p2, b_a2, b_b2, d, W, False, ASM)
+    d = _mma4(p3, b_a3, b_b3, d, W, False, ASM)
+    s = (sc << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
+    z = (sc & -65536).to(tl.float32, bitcast=True)
+    r = _row_sums(d * s + z * xz, W, ASM)  # [T, 4]: lane (g, t)'s (row, group) entries -> rows g, g, g+8, g+8
+    rows, _ = tl.split(tl.reshape(r, [W * 32, 2, 2]))  # [T, 2]: rows g, g + 8
+    tl.store(ws_row + out, rows * unscale, mask=keep)
+
+
+@triton.jit
+def _row_sums(r, W: tl.constexpr, ASM: tl.constexpr):
+    """[T, 4] (row, group) entries -> each lane's rows g (entries 0, 1) and g + 8 (2, 3) summed over
+    the row's 8 entries (its two, then the 4 lanes t of its g: butterfly shuffles in registers)."""
+    if ASM:
+        return tl.inline_asm_elementwise(_ROW_SUMS, "=f,=f,=f,=f,f,f,f,f", [r], dtype=tl.float32, is_pure=True,
+                                         pack=4)
+    else:
+        r5 = tl.reshape(r, [W, 8, 4, 2, 2])  # [warp, g, t, h (row g + 8 h), e (group 2 t + e)]
+        rs = tl.sum(tl.sum(r5, axis=4), axis=2)  # [W, 8, 2]
+        rs = tl.broadcast_to(rs[:, :, None, :], [W, 8, 4, 2])
+        return tl.reshape(tl.join(rs, rs), [W * 32, 4])
+
+
+@triton.jit
+def _w4_mma_kernel(
+    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
+    N, K, NT, eps, norm_k,
+    cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
+    PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
+    NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
+    NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    dt = y_ptr.dtype.element_ty
+    T: tl.constexpr = 32 * W
+    TILES: tl.constexpr = NB // 16 // W  # row tiles per warp
+    i = tl.arange(0, T)
+    lane = i % 32
+    warp = i // 32
+    g = lane // 4
+    t = lane % 4
+    jj = tl.arange(0, 4)
+    # a warp's row tiles: rt0 + warp, + W, ...; a block's tiles are contiguous
+    rt = pid_n * (NB // 16) + warp
+    tile = (pid_k * NT + rt).to(tl.int64)
+    w_ptrs = w_ptr + tile[:, None] * 512 + (lane * 4)[:, None] + jj[None, :]
+    s_ptrs = sz_ptr + tile[:, None] * 128 + (lane * 4)[:, None] + jj[None, :]
+    W_STEP: tl.constexpr = W * 512
+    S_STEP: tl.constexpr = W * 128
+    ok = (rt < NT)[:, None]
+    if EVEN:
+        p0 = tl.load(w_ptrs)
+        p1 = tl.load(w_ptrs + 128)
+        p2 = tl.load(w_ptrs + 256)
+        p3 = tl.load(w_ptrs + 384)
+        sc = tl.load(s_ptrs)
+    else:
+        p0 = tl.load(w_ptrs, mask=ok, other=0)
+        p1 = tl.load(w_ptrs + 128, mask=ok, other=0)
+        p2 = tl.load(w_ptrs + 256, mask=ok, other=0)
+        p3 = tl.load(w_ptrs + 384, mask=ok, other=0)
+        sc = tl.load(s_ptrs, mask=ok, other=0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
+        if not LATE_LAUNCH:
+            tl.extra.cuda.gdc_launch_dependents()
+    # B: lanes g == t carry group t's 32 inputs (b0), lanes g == t + 4 group t + 4's (b1), divided by 16
+    is_a = (g == t)[:, None]
+    is_b = (g == t + 4)[:, None]
+    grp = tl.where(g == t, t, t + 4)
+    col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
+    use = is_a | is_b
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
+    v0 = _x_frag(x_ptr, g_ptr, col0, use, K, inv, PRO, dt)
+    v1 = _x_frag(x_ptr, g_ptr, col0 + 8, use, K, inv, PRO, dt)
+    v2 = _x_frag(x_ptr, g_ptr, col0 + 16, use, K, inv, PRO, dt)
+    v3 = _x_frag(x_ptr, g_ptr, col0 + 24, use, K, inv, PRO, dt)
+    m = tl.maximum(tl.maximum(tl.max(tl.abs(v0)), tl.max(tl.abs(v1))), tl.maximum(tl.max(tl.abs(v2)), tl.max(tl.abs(v3))))
+    # 2^d with max |x| 2^d in [2^13, 2^14): fp16 holds every input, /16 included, without overflow
+    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 24), 254)
+    up = ((267 - em) << 23).to(tl.float32, bitcast=True)
+    unscale = ((em - 13) << 23).to(tl.float32, bitcast=True)
+    f = tl.where(is_b, up * 0.0625, up)
+    b_a0, b_b0 = _pairs(v0 * f, is_a), _pairs(v0 * f, is_b)
+    b_a1, b_b1 = _pairs(v1 * f, is_a), _pairs(v1 * f, is_b)
+    b_a2, b_b2 = _pairs(v2 * f, is_a), _pairs(v2 * f, is_b)
+    b_a3, b_b3 = _pairs(v3 * f, is_a), _pairs(v3 * f, is_b)
+    # Y[n] = sum of group n's fp16 inputs as fed (hi groups: / 16), in every lane's entries (groups
+    # 2t, 2t + 1): the accumulators start at -(1024 + 8) Y (lo groups) or -(1024 + 128) Y (hi: x / 16
+    # against 1024 + 16 q), and the zero term is zero * X with X = Y (lo) or 16 Y (hi)
+    zero4 = tl.zeros([T, 4], dtype=tl.float32)
+    y = _mma4(p0, b_a0, b_b0, zero4, W, True, ASM)
+    y = _mma4(p0, b_a1, b_b1, y, W, True, ASM)
+    y = _mma4(p0, b_a2, b_b2, y, W, True, ASM)
+    y = _mma4(p0, b_a3, b_b3, y, W, True, ASM)
+    hi_grp = (t >= 2)[:, None]
+    c_init = y * tl.where(hi_grp, -1152.0, -1032.0)
+    xz = y * tl.where(hi_grp, 16.0, 1.0)
+    # where a tile's sums go, [T, 2]: lane t == 0 of each g stores rows g and g + 8, adjacent in the
+    # workspace (its PAIRED order: a tile's rows 0, 8, 1, 9, ...)
+    out = rt[:, None] * 16 + 2 * g[:, None] + tl.arange(0, 2)[None, :]
+    first = (t == 0)[:, None]
+    for it in range(TILES - 1):  # the warp's next tile in flight while this one is used; the last peeled
+        w_ptrs += W_STEP
+        s_ptrs += S_STEP
+        if EVEN:
+            q0 = tl.load(w_ptrs)
+            q1 = tl.load(w_ptrs + 128)
+            q2 = tl.load(w_ptrs + 256)
+            q3 = tl.load(w_ptrs + 384)
+            scn = tl.load(s_ptrs)
+        else:
+            okn = (rt + (it + 1) * W < NT)[:, None]
+            q0 = tl.load(w_ptrs, mask=okn, other=0)
+            q1 = tl.load(w_ptrs + 128, mask=okn, other=0)
+            q2 = tl.load(w_ptrs + 256, mask=okn, other=0)
+            q3 = tl.load(w_ptrs + 384, mask=okn, other=0)
+            scn = tl.load(s_ptrs, mask=okn, other=0)
+        _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+              ws_ptr + pid_k * N, out, first if EVEN else first & (out < N), W, ASM)
+        p0, p1, p2, p3, sc = q0, q1, q2, q3, scn
+        out += 16 * W
+    _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+          ws_ptr + pid_k * N, out, first if EVEN else first & (out < N), W, ASM)
+    if PDL and LATE_LAUNCH:
+        tl.extra.cuda.gdc_launch_dependents()
+    _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, pid_n * NB, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+            s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt, PAIRED=True)
+
+
+def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
+           n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
+           cfg: W4MmaConfig | None, pdl: bool) -> None:
+    """`_w4_mma_kernel` over (row chunks, 256-column blocks); arguments as `triton_gemv._launch` prepares
+    them, w and sz as `pack` leaves them."""
+    cfg = cfg or default_config(n, k)
+    _, nb = row_chunks(n, cfg, rope_kv, half)
+    if nb % (16 * cfg.num_warps):
+        raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
+                         f"{nb} rows for {cfg}")
+    grid = (triton.cdiv(n, nb), k // MMA_COLS)
+    ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
+    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    _w4_mma_kernel[grid](
+        x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
+        PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
+        PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
+        LATE_LAUNCH=cfg.late_launch, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
