@@ -53,6 +53,7 @@ class W4MmaConfig:
     rows_per_program: int = 512  # NB: a multiple of 16 x num_warps (each warp takes NB / 16 / W row tiles)
     num_warps: int = 4
     late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
+    prefetch: int = 1  # tiles each warp keeps in flight while it uses one (1 or 2)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
 
 
@@ -256,7 +257,8 @@ def _w4_mma_kernel(
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
-    NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False,
+    NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
+    LOADS_ONLY: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -289,6 +291,16 @@ def _w4_mma_kernel(
         p2 = tl.load(w_ptrs + 256, mask=ok, other=0)
         p3 = tl.load(w_ptrs + 384, mask=ok, other=0)
         sc = tl.load(s_ptrs, mask=ok, other=0)
+    q0, q1, q2, q3, sq = p0, p1, p2, p3, sc
+    if PF == 2:  # the warp's second tile too
+        ok2 = (rt + W < NT)[:, None]
+        q0 = tl.load(w_ptrs + W_STEP, mask=ok2, other=0)
+        q1 = tl.load(w_ptrs + W_STEP + 128, mask=ok2, other=0)
+        q2 = tl.load(w_ptrs + W_STEP + 256, mask=ok2, other=0)
+        q3 = tl.load(w_ptrs + W_STEP + 384, mask=ok2, other=0)
+        sq = tl.load(s_ptrs + S_STEP, mask=ok2, other=0)
+        w_ptrs += W_STEP
+        s_ptrs += S_STEP
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
@@ -331,28 +343,53 @@ def _w4_mma_kernel(
     # workspace (its PAIRED order: a tile's rows 0, 8, 1, 9, ...)
     out = rt[:, None] * 16 + 2 * g[:, None] + tl.arange(0, 2)[None, :]
     first = (t == 0)[:, None]
-    for it in range(TILES - 1):  # the warp's next tile in flight while this one is used; the last peeled
+    junk = tl.zeros([T, 4], dtype=tl.int32)  # LOADS_ONLY: what keeps the loads alive
+    ws_row = ws_ptr + pid_k * N
+    keep = first if EVEN else first & (out < N)
+    # the warp's next PF tiles in flight while one is used; the last PF peeled off the loop
+    for it in range(TILES - PF):
         w_ptrs += W_STEP
         s_ptrs += S_STEP
         if EVEN:
-            q0 = tl.load(w_ptrs)
-            q1 = tl.load(w_ptrs + 128)
-            q2 = tl.load(w_ptrs + 256)
-            q3 = tl.load(w_ptrs + 384)
+            n0 = tl.load(w_ptrs)
+            n1 = tl.load(w_ptrs + 128)
+            n2 = tl.load(w_ptrs + 256)
+            n3 = tl.load(w_ptrs + 384)
             scn = tl.load(s_ptrs)
         else:
-            okn = (rt + (it + 1) * W < NT)[:, None]
-            q0 = tl.load(w_ptrs, mask=okn, other=0)
-            q1 = tl.load(w_ptrs + 128, mask=okn, other=0)
-            q2 = tl.load(w_ptrs + 256, mask=okn, other=0)
-            q3 = tl.load(w_ptrs + 384, mask=okn, other=0)
+            okn = (rt + (it + PF) * W < NT)[:, None]
+            n0 = tl.load(w_ptrs, mask=okn, other=0)
+            n1 = tl.load(w_ptrs + 128, mask=okn, other=0)
+            n2 = tl.load(w_ptrs + 256, mask=okn, other=0)
+            n3 = tl.load(w_ptrs + 384, mask=okn, other=0)
             scn = tl.load(s_ptrs, mask=okn, other=0)
-        _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-              ws_ptr + pid_k * N, out, first if EVEN else first & (out < N), W, ASM)
-        p0, p1, p2, p3, sc = q0, q1, q2, q3, scn
+        if LOADS_ONLY:
+            junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
+        else:
+            _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                  ws_row, out, keep, W, ASM)
+        if PF == 2:
+            p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
+            q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
+        else:
+            p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
         out += 16 * W
-    _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-          ws_ptr + pid_k * N, out, first if EVEN else first & (out < N), W, ASM)
+        keep = first if EVEN else first & (out < N)
+    if LOADS_ONLY:
+        junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
+    else:
+        _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+              ws_row, out, keep, W, ASM)
+    if PF == 2:
+        out += 16 * W
+        keep = first if EVEN else first & (out < N)
+        if LOADS_ONLY:
+            junk = junk ^ q0 ^ q1 ^ q2 ^ q3 ^ sq
+        else:
+            _tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                  ws_row, out, keep, W, ASM)
+    if LOADS_ONLY:  # one word per program, so nothing above is dead code
+        tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
     _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, pid_n * NB, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
@@ -361,14 +398,18 @@ def _w4_mma_kernel(
 
 def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
            n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
-           cfg: W4MmaConfig | None, pdl: bool) -> None:
+           cfg: W4MmaConfig | None, pdl: bool, loads_only: bool = False) -> None:
     """`_w4_mma_kernel` over (row chunks, 256-column blocks); arguments as `triton_gemv._launch` prepares
-    them, w and sz as `pack` leaves them."""
+    them, w and sz as `pack` leaves them. loads_only: a probe of the kernel's memory stream alone (the same
+    loads, no products: its output is garbage; benchmarks only)."""
     cfg = cfg or default_config(n, k)
     _, nb = row_chunks(n, cfg, rope_kv, half)
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
                          f"{nb} rows for {cfg}")
+    if cfg.prefetch not in (1, 2):
+        raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 or 2 tiles, got {cfg}")
+    pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
@@ -376,5 +417,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
-        LATE_LAUNCH=cfg.late_launch, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

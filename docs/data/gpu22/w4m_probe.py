@@ -34,10 +34,16 @@ for name, cfgs in CFGS.items():
     res = name in ("o_proj", "down")
     r = torch.randn(1, N, device=dev, dtype=torch.bfloat16) if res else None
 
-    def run(w, key, cfg=None):
+    y = torch.empty(1, N, device=dev, dtype=torch.bfloat16)
+
+    def run(w, key, cfg=None, lo=False):
         wt, st = w[key]
-        return gemv(x, wt, scales_zeros=st, group_size=32, norm_weight=gam if pro == 1 else None, eps=1e-5,
-                    silu_mul=pro == 2, residual=r, cfg=cfg)
+        if key == "r":
+            return gemv(x, wt, scales_zeros=st, group_size=32, norm_weight=gam if pro == 1 else None, eps=1e-5,
+                        silu_mul=pro == 2, residual=r)
+        M.launch(x, gam if pro == 1 else x, wt, st, r if res else y, y, N, K, 1e-5, (x, x, x, x, x, 0, 0, 0, 0, 0, 0),
+                 pro=pro, residual=res, rope_kv=False, half=1, cfg=cfg, pdl=True, loads_only=lo)
+        return y
 
     ref = run(ws[0], "r").float().clone()
     row = {"N": N, "K": K, "MB": nbytes / 1e6}
@@ -45,11 +51,13 @@ for name, cfgs in CFGS.items():
     row["rows_us"] = t
     print(f"{name}: rows {t:.1f} us ({nbytes / t / 1e-6 / bw:.1%})", flush=True)
     for c in cfgs:
-        cfg = M.W4MmaConfig(rows_per_program=c[0], num_warps=c[1], late_launch=bool(c[2]) if len(c) > 2 else False)
+        # [rows_per_program, num_warps, prefetch, loads_only]
+        cfg = M.W4MmaConfig(rows_per_program=c[0], num_warps=c[1], prefetch=c[2] if len(c) > 2 else 1)
+        lo = len(c) > 3 and bool(c[3])
         try:
-            yv = run(ws[0], "m", cfg).float()
+            yv = run(ws[0], "m", cfg, lo).float()
             err = (yv - ref).abs().max().item() / ref.abs().max().item()
-            tt = time_calls([lambda w=w: run(w, "m", cfg) for w in ws], dev)
+            tt = time_calls([lambda w=w: run(w, "m", cfg, lo) for w in ws], dev)
         except Exception as e:  # noqa: BLE001
             print(f"  mma {c}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             row[str(c)] = {"error": str(e)[:300]}
