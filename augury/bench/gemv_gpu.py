@@ -270,6 +270,17 @@ _W4_CFGS = {
     "o128": {"o_proj": {"rows_per_program": 128}}, "o512": {"o_proj": {"rows_per_program": 512}},
 }
 LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
+# the tensor-core GEMV's (W4MmaConfig fields)
+_W4M_CFGS = {
+    "early_all": {p: {"late_launch": False} for p in _LATE}, "late_all": {p: {"late_launch": True} for p in _LATE},
+    "pf1_all": {p: {"prefetch": 1} for p in _LATE}, "pf2_all": {p: {"prefetch": 2} for p in _LATE},
+    "d256": {"down": {"rows_per_program": 256}}, "d1024": {"down": {"rows_per_program": 1024}},
+    "q512": {"qkv": {"rows_per_program": 512}}, "q128": {"qkv": {"rows_per_program": 128}},
+    "o256": {"o_proj": {"rows_per_program": 256}}, "o64": {"o_proj": {"rows_per_program": 64}},
+    "g256": {"gate_up": {"rows_per_program": 256}}, "g1024": {"gate_up": {"rows_per_program": 1024}},
+    "w8_all": {p: {"num_warps": 8} for p in _LATE},
+}
+LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)
 LAYER_VARIANTS["w4t_late_all"] = _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True} for p in _LATE}}
 LAYER_VARIANTS.update({f"w4t_late_{p}": _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True}}} for p in _LATE})
@@ -288,19 +299,26 @@ def _chain_weight(N: int, K: int, dev: torch.device, seed: int, int4: str | None
     if int4 == "rows":
         wr, sr = pack_from_tinygemm(w["w"], szt, GROUP)
         return {"w": wr, "scales_zeros": sr, "group_size": GROUP}
+    if int4 == "mma":
+        from augury.layers import triton_gemv_w4m
+
+        wm, sm = triton_gemv_w4m.pack_from_tinygemm(w["w"], szt)
+        return {"w": wm, "scales_zeros": sm, "group_size": GROUP}
     return {"w": w["w"], "scales_zeros": szt, "group_size": GROUP}
 
 
-_LAYOUT_LETTERS = {"r": "rows", "t": "tinygemm"}
+_LAYOUT_LETTERS = {"r": "rows", "t": "tinygemm", "m": "mma"}
 
 
 def int4_mix(spec: str) -> str:
-    """An int4 layer-chain layout spec as one letter per product (qkv, o_proj, gate_up, down), r(ows)
-    or t(inygemm): "rows" -> "rrrr", "tinygemm" -> "tttt", a four-letter mix as it is ("trrr": qkv on
-    tinygemm's bytes, the rest on the row layout), so a chain can swap one product's layout at a time."""
-    mix = {"rows": "rrrr", "tinygemm": "tttt"}.get(spec, spec)
+    """An int4 layer-chain layout spec as one letter per product (qkv, o_proj, gate_up, down), r(ows),
+    t(inygemm) or m(ma): "rows" -> "rrrr", "tinygemm" -> "tttt", "mma" -> "mmmm", a four-letter mix as it
+    is ("trrr": qkv on tinygemm's bytes, the rest on the row layout), so a chain can swap one product's
+    layout at a time."""
+    mix = {"rows": "rrrr", "tinygemm": "tttt", "mma": "mmmm"}.get(spec, spec)
     if len(mix) != 4 or set(mix) - set(_LAYOUT_LETTERS):
-        raise ValueError(f"int4 layout {spec!r}: rows, tinygemm, or four letters r/t (qkv, o_proj, gate_up, down)")
+        raise ValueError(f"int4 layout {spec!r}: rows, tinygemm, mma, or four letters r/t/m (qkv, o_proj, gate_up, "
+                         "down)")
     return mix
 
 
@@ -344,13 +362,16 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
     def cfg(pdl, name, letter=None):
-        if int4 is not None:  # int4: W4RowsConfig / W4SplitConfig fields over the product's default
-            over = pdl.get("w4cfg" if letter == "r" else "w4tcfg", {}).get(name)
+        if int4 is not None:  # int4: W4RowsConfig / W4MmaConfig / W4SplitConfig fields over the product's default
+            over = pdl.get({"r": "w4cfg", "m": "w4mcfg"}.get(letter, "w4tcfg"), {}).get(name)
             if not over:
                 return None
             n, k = SHAPES[name][:2]
-            return replace(triton_gemv_w4r.default_config(n, k) if letter == "r"
-                           else triton_gemv_w4.default_config(n, k, 8), **over)
+            from augury.layers import triton_gemv_w4m
+
+            base = (triton_gemv_w4r.default_config(n, k) if letter == "r" else triton_gemv_w4m.default_config(n, k)
+                    if letter == "m" else triton_gemv_w4.default_config(n, k, 8))
+            return replace(base, **over)
         c = pdl.get("cfg", {}).get(name)
         if c is None:
             return None  # the product's default
@@ -453,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chains", default="chain,layer_chain",
                     help="which chains to time (bf16; with --weights int4 only layer_chain)")
     ap.add_argument("--int4-layout", default="tinygemm",
-                    help="layer chain with --weights int4: rows (the GEMV's own layout), tinygemm (its bytes), "
+                    help="layer chain with --weights int4: rows (the GEMV's own layout), mma (the tensor-core "
+                         "GEMV's), tinygemm (its bytes), "
                          "or a comma list of those and four-letter r/t mixes per product (qkv, o_proj, "
                          "gate_up, down), each timed in turn")
     ap.add_argument("--attn-probe", action="store_true", help="layer chain: attention's in-kernel timestamps too")

@@ -217,11 +217,13 @@ _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 # 8B B=1 on the H200 387.1 against 362.8 tok/s once its products launch their successors late;
 # docs/benchmarks.md) or, with AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's bytes in place
 # (`triton_gemv_w4`: no second copy of the nibbles, +100% of them with the row layout)
+# ... or, with AUGURY_INT4_GEMV_LAYOUT=mma, the tensor-core GEMV's copy (`triton_gemv_w4m`: the products on
+# mma.sync; shapes of 16-row tiles and 256-column blocks at group 32, others keep the row layout)
 _INT4_GEMV_LAYOUT = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "rows")
-if _INT4_GEMV_LAYOUT not in ("rows", "tinygemm"):
-    raise ValueError(f"AUGURY_INT4_GEMV_LAYOUT={_INT4_GEMV_LAYOUT!r}: use rows (the GEMV's own copy, faster) or "
-                     "tinygemm (tinygemm's bytes in place, no second copy)")
-_INT4_GEMV_ROWS = _INT4_GEMV_LAYOUT == "rows"
+if _INT4_GEMV_LAYOUT not in ("rows", "tinygemm", "mma"):
+    raise ValueError(f"AUGURY_INT4_GEMV_LAYOUT={_INT4_GEMV_LAYOUT!r}: use rows (the GEMV's own copy), mma (the "
+                     "tensor-core GEMV's copy) or tinygemm (tinygemm's bytes in place, no second copy)")
+_INT4_GEMV_ROWS = _INT4_GEMV_LAYOUT in ("rows", "mma")
 
 
 @functools.lru_cache(maxsize=1)
@@ -492,11 +494,15 @@ class Int4Linear(nn.Module):
         global PACK_GENERATION
         PACK_GENERATION += 1  # every pack ends here (_set_q, a state-dict load)
         if self._layout == "cuda" and _INT4_GEMV_ON:
-            from augury.layers import int4_layout, triton_gemv_w4r
+            from augury.layers import int4_layout, triton_gemv_w4m, triton_gemv_w4r
 
             szt = int4_layout.transpose_scales(self.scales_zeros)
-            self.gemv_packed, self.gemv_scales = (triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size)
-                                                  if _INT4_GEMV_ROWS else (None, szt))
+            if _INT4_GEMV_LAYOUT == "mma" and triton_gemv_w4m.supported(self._n_padded, self._k_padded, self.group_size):
+                self.gemv_packed, self.gemv_scales = triton_gemv_w4m.pack_from_tinygemm(self.packed, szt)
+            else:
+                self.gemv_packed, self.gemv_scales = (
+                    triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size) if _INT4_GEMV_ROWS
+                    else (None, szt))
         else:
             self.gemv_packed = self.gemv_scales = None
         if self._native:

@@ -500,6 +500,8 @@ def qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor, 
 
 
 def _rows_of(w: torch.Tensor, scales_zeros: torch.Tensor | None) -> int:
+    if scales_zeros is not None and w.dim() == 3:  # `triton_gemv_w4m.pack`: [K / 256, N / 16, 512]
+        return 16 * w.shape[1]
     return w.shape[0] if scales_zeros is None or w.dim() == 2 else 8 * w.shape[0]
 
 

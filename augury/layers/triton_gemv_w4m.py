@@ -57,12 +57,14 @@ class W4MmaConfig:
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
 
 
+# each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
+# docs/data/gpu22/w4m_probe.py): us per call against the row-layout GEMV's defaults
 _DEFAULTS = {
-    "lm_head": W4MmaConfig(rows_per_program=1024, num_warps=4),
-    "gate_up": W4MmaConfig(rows_per_program=1024, num_warps=4, late_launch=True),
-    "down": W4MmaConfig(rows_per_program=512, num_warps=4, late_launch=True),
-    "o_proj": W4MmaConfig(rows_per_program=256, num_warps=4, late_launch=True),
-    "qkv": W4MmaConfig(rows_per_program=512, num_warps=4, late_launch=True),
+    "lm_head": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2),  # 96.2 vs 107.6
+    "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, late_launch=True),  # 27.4 vs 29.9
+    "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, late_launch=True),  # 15.9 vs 17.3
+    "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1, late_launch=True),  # 6.4 vs 7.5
+    "qkv": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2, late_launch=True),  # 8.1 vs 10.9
 }
 _ENV_CFG = launch_env.overrides("AUGURY_W4M_CFG", W4MmaConfig)  # A/B runs: `launch_env`
 

@@ -1,0 +1,230 @@
+"""The one-row int4 GEMV on the tensor cores (`triton_gemv_w4m`) equals the dequantized product, with
+every prologue and epilogue, one or two tiles in flight, ragged row chunks, and `Int4Linear` builds its
+layout from tinygemm's bytes under AUGURY_INT4_GEMV_LAYOUT=mma.
+
+Runs under TRITON_INTERPRET=1 on the CPU, where the kernel emulates the warp-wide mma on the same
+lane registers the PTX receives (so the layout, the lane roles and the offsets are checked here); on
+a CUDA machine the same checks run compiled (the PTX itself), plus the 8B shapes against tinygemm,
+PDL, and a captured CUDA graph."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
+
+CPU, FRESH = interpreter()
+
+from augury.layers import int4_layout, triton_gemv_w4m  # noqa: E402
+from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
+from augury.layers.triton_gemv import gemv  # noqa: E402
+from augury.layers.triton_gemv_w4m import W4MmaConfig as M  # noqa: E402
+from tests.layers.test_triton_gemv_int4 import DEV, _rand, cuda_only, here  # noqa: E402
+
+
+def _int4(n, k, seed):
+    """-> (packed, scales, w): a random weight in this GEMV's layout and the fp32 weight it stands for
+    (scale / zero rounded to bf16, as stored)."""
+    w = _rand(n, k, seed=seed, scale=0.1).float().cpu()
+    q, s, z = quantize_int4(w, 32)
+    sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()
+    packed, scales = triton_gemv_w4m.pack(q, int4_layout.transpose_scales(sz))
+    return packed.to(DEV), scales.to(DEV), dequantize_int4(q, sz[..., 0].T.float(), sz[..., 1].T.float(), 32).to(DEV)
+
+
+def _close(y, ref):
+    y, ref = y.float(), ref.float()
+    torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
+
+
+# (N, K, config): one block and several, one tile per warp and several, two tiles in flight, a ragged
+# last chunk (rows past N), two warps, the shape-based default
+CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
+         (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (64, 256, None)]
+
+
+@here
+@pytest.mark.parametrize("n,k,cfg", CASES)
+def test_product_with_each_prologue_equals_the_dequantized_weight(n, k, cfg):
+    dtype = torch.bfloat16
+    packed, sz, w = _int4(n, k, seed=n + k)
+    x = _rand(1, k, seed=1, dtype=dtype, scale=2.0)
+    _close(gemv(x, packed, scales_zeros=sz, group_size=32, cfg=cfg), F.linear(x.float(), w))
+    g, r = _rand(k, seed=2, dtype=dtype), _rand(1, n, seed=3, dtype=dtype)
+    xn = (g * F.rms_norm(x.float(), (k,), None, 1e-5).to(dtype)).to(dtype)
+    ref = F.linear(xn.float(), w).to(dtype).float() + r.float()
+    _close(gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=g, eps=1e-5, residual=r, cfg=cfg), ref)
+    gu = _rand(1, 2 * k, seed=4, dtype=dtype)
+    act = (F.silu(gu[:, :k]) * gu[:, k:]).to(dtype)
+    _close(gemv(gu, packed, scales_zeros=sz, group_size=32, silu_mul=True, cfg=cfg), F.linear(act.float(), w))
+
+
+@here
+@pytest.mark.parametrize("scale", [3e4, 1e-6, 0.0])
+def test_inputs_far_from_one_and_zero_keep_their_precision(scale):
+    """The power-of-two range scaling: inputs near fp16's top (the /16 groups included) and far below
+    its normal range give the same relative precision; all-zero input gives zero."""
+    packed, sz, w = _int4(32, 512, seed=5)
+    x = _rand(1, 512, seed=6, dtype=torch.bfloat16, scale=scale)
+    y = gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(32, 2))
+    if scale == 0.0:
+        assert torch.equal(y, torch.zeros_like(y))
+    else:
+        _close(y, F.linear(x.float(), w))
+
+
+@here
+def test_every_nibble_position_meets_its_own_column_and_group():
+    """Each column's q unlike its neighbours' and each group's (scale, zero) unlike the others': one
+    input at a time (a power of two: every product exact), each output must be that input times its
+    own weight. A nibble, a lane role or a scale entry read as another's shows."""
+    n, k = 16, 256
+    r, c = torch.arange(n)[:, None], torch.arange(k)[None, :]
+    q = ((r * 3 + c + 5 * (c // 8)) % 16).to(torch.uint8)
+    s = (0.25 * (1 + (torch.arange(n)[:, None] + torch.arange(8)[None, :]) % 4)).to(torch.bfloat16).float()
+    z = (0.125 * ((torch.arange(n)[:, None] * 2 + torch.arange(8)[None, :]) % 5)).to(torch.bfloat16).float()
+    sz = torch.stack([s.T, z.T], -1).to(torch.bfloat16).contiguous()
+    packed, scales = triton_gemv_w4m.pack(q, int4_layout.transpose_scales(sz))
+    w = dequantize_int4(q, s, z, 32).to(DEV)
+    for col in range(0, k, 3):
+        x = torch.zeros(1, k, device=DEV, dtype=torch.bfloat16)
+        x[0, col] = 2.0 ** (col % 5 - 2)
+        y = gemv(x, packed.to(DEV), scales_zeros=scales.to(DEV), group_size=32, cfg=M(16, 1))
+        assert torch.equal(y, F.linear(x.double(), w.double()).to(torch.bfloat16)), col
+
+
+@here
+@pytest.mark.parametrize("n_heads,hidden,cfg", [(4, 256, M(64, 1)), (4, 512, M(128, 2, prefetch=2))])
+def test_qkv_rope_kv_equals_its_product_rope_and_pool_write(n_heads, hidden, cfg):
+    from tests.layers.test_triton_gemv_int4 import qkv_rope_kv_against_its_parts
+
+    H, Hkv, D = n_heads, 2, 16
+    packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, seed=7)
+    q, qk, _, _ = qkv_rope_kv_against_its_parts(packed, sz, 32, H, Hkv, D, hidden, torch.bfloat16, cfg, seed=8)
+    assert torch.equal(q.view(1, H, D), qk[:, :H])  # the same sums, whichever program adds them: bitwise
+
+
+def test_layout_round_trips_and_refusals():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(0, 16, (32, 512), generator=g, dtype=torch.uint8)
+    w = int4_layout.pack_mma(q)
+    assert w.shape == (2, 2, 512) and torch.equal(int4_layout.unpack_mma(w), q)
+    # lane 4 g + t = 6 (g 1, t 2), mma j = 5 of tile (block 1, row tile 0): rows 1 / 9, groups 2 / 6, column 10 / 11
+    word = int(w[1, 0, (5 // 4) * 128 + 6 * 4 + 5 % 4]) & 0xFFFFFFFF
+    nib = [(word >> 4 * b) & 15 for b in range(8)]
+    c0 = 256 + 2 * 5
+    assert nib == [q[1, c0 + 64], q[1, c0 + 192], q[9, c0 + 64], q[9, c0 + 192],
+                   q[1, c0 + 65], q[1, c0 + 193], q[9, c0 + 65], q[9, c0 + 193]]
+    sc = torch.randint(-2**31, 2**31 - 1, (32, 16), generator=g, dtype=torch.int32)
+    ss = int4_layout.scales_mma(sc)
+    assert ss.shape == (2, 2, 128) and torch.equal(int4_layout.unscales_mma(ss), sc)
+    assert ss[1, 1, 6 * 4 + 3] == sc[16 + 9, 8 + 5]  # lane 6's entry c3: row g + 8, group 2 t + 1
+    with pytest.raises(ValueError, match="N % 16"):
+        int4_layout.pack_mma(q[:24])
+    with pytest.raises(ValueError, match="K % 256"):
+        int4_layout.pack_mma(q[:, :128])
+    assert triton_gemv_w4m.supported(4096, 14336, 32) and not triton_gemv_w4m.supported(4096, 4096, 64)
+    assert not triton_gemv_w4m.supported(4096, 4000, 32) and not triton_gemv_w4m.supported(4100, 4096, 32)
+
+
+@here
+def test_bad_configs_and_scales_are_refused():
+    packed, sz, _ = _int4(64, 256, seed=11)
+    x = _rand(1, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="multiple of 16 x num_warps"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(32, 4))
+    with pytest.raises(ValueError, match="prefetches 1 or 2"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(64, 1, prefetch=3))
+    with pytest.raises(ValueError, match="W4MmaConfig"):
+        from augury.layers.triton_gemv_w4r import W4RowsConfig
+
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=W4RowsConfig())
+    with pytest.raises(ValueError, match="group 32"):
+        gemv(x, packed, scales_zeros=sz, group_size=64)
+    with pytest.raises(ValueError, match="int32 scales"):
+        gemv(x, packed, scales_zeros=sz[:, :, :64].contiguous(), group_size=32)
+
+
+@here
+def test_int4_linear_builds_the_mma_layout_from_tinygemm_bytes(monkeypatch):
+    from augury.layers import quant_linear
+    from tests.layers.test_triton_gemv_int4 import _tinygemm_layout
+
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
+    for n, k, mma in ((32, 512, True), (48, 64, False)):  # K of whole 256-column blocks; not: the row layout
+        lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
+        if not CPU:  # on CUDA: packed for tinygemm by its first forward
+            lin = lin.to(DEV)
+            lin(torch.zeros(1, k, device=DEV, dtype=torch.bfloat16))
+        lin = _tinygemm_layout(lin)
+        got = lin.gemv_weight()
+        assert (got["w"].dim() == 3) == mma
+        if mma:
+            assert torch.equal(int4_layout.unpack_mma(lin.gemv_packed).cpu(), lin.unpack())
+            assert torch.equal(int4_layout.unscales_mma(lin.gemv_scales),
+                               int4_layout.transpose_scales(lin.scales_zeros))
+        x = _rand(1, k, seed=10, dtype=torch.bfloat16)
+        _close(gemv(x, **got), F.linear(x.float(), lin.dequantize().to(DEV).float()))
+
+
+# ---------------------------------------------------------------------------- CUDA only
+
+
+@cuda_only
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)])
+def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
+    from augury.layers import quant_linear
+
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
+    lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.normal_(0, 0.02)
+    m = Int4Linear.from_linear(lin, 32)
+    assert m.gemv_packed is not None and m.gemv_packed.dim() == 3
+    x = _rand(2, k, seed=9, dtype=torch.bfloat16)
+    both = m(x)  # two rows: tinygemm
+    one = m(x[:1])  # one row: the tensor-core GEMV
+    torch.testing.assert_close(one.float(), both[:1].float(), atol=2 ** -6 * both.abs().max().item(), rtol=0)
+
+
+@cuda_only
+def test_late_launch_under_pdl_is_bitwise_the_plain_launch():
+    """down's shape under PDL after a product that lets it launch only after its tiles, with a new
+    input each time: bitwise the launch without PDL on the finished input."""
+    from augury.layers.triton_pdl import pdl_enabled
+
+    if not pdl_enabled(DEV):
+        pytest.skip("no programmatic dependent launch on this device")
+    p0, s0, _ = _int4(28672, 4096, seed=40)
+    p1, s1, _ = _int4(4096, 14336, seed=41)
+    late = replace(triton_gemv_w4m.default_config(28672, 4096), late_launch=True)
+    r = _rand(1, 4096, seed=42, dtype=torch.bfloat16)
+    for i in range(3):
+        gu = gemv(_rand(1, 4096, seed=43 + i, dtype=torch.bfloat16), p0, scales_zeros=s0, group_size=32, cfg=late,
+                  pdl=True)
+        got = gemv(gu, p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r, pdl=True)
+        torch.cuda.synchronize()
+        assert torch.equal(got, gemv(gu.clone(), p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r,
+                                     pdl=False))
+
+
+@cuda_only
+def test_replays_in_a_cuda_graph():
+    from tests.layers.test_triton_gemv_int4 import replays_in_a_cuda_graph
+
+    packed, sz, _ = _int4(6144, 4096, seed=10)  # several K slices per chunk: the counters reset each replay
+    replays_in_a_cuda_graph(packed, sz)
+
+
+@pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
+def test_in_fresh_process():
+    rerun_in_fresh_process(__file__, timeout=900)
