@@ -217,13 +217,14 @@ _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 # 8B B=1 on the H200 387.1 against 362.8 tok/s once its products launch their successors late;
 # docs/benchmarks.md) or, with AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's bytes in place
 # (`triton_gemv_w4`: no second copy of the nibbles, +100% of them with the row layout)
-# ... or, with AUGURY_INT4_GEMV_LAYOUT=mma, the tensor-core GEMV's copy (`triton_gemv_w4m`: the products on
-# mma.sync; shapes of 16-row tiles and 256-column blocks at group 32, others keep the row layout)
-_INT4_GEMV_LAYOUT = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "rows")
+# ... or the tensor-core GEMV's copy (`triton_gemv_w4m`, AUGURY_INT4_GEMV_LAYOUT=mma, the default since the
+# twenty-second session: the products on mma.sync, 8B B=1 on the H200 418.1 against 387.0 tok/s; shapes of
+# 16-row tiles and 256-column blocks at group 32, others take the row layout)
+_INT4_GEMV_LAYOUT = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "mma")
 if _INT4_GEMV_LAYOUT not in ("rows", "tinygemm", "mma"):
     raise ValueError(f"AUGURY_INT4_GEMV_LAYOUT={_INT4_GEMV_LAYOUT!r}: use rows (the GEMV's own copy), mma (the "
                      "tensor-core GEMV's copy) or tinygemm (tinygemm's bytes in place, no second copy)")
-_INT4_GEMV_ROWS = _INT4_GEMV_LAYOUT in ("rows", "mma")
+
 
 
 @functools.lru_cache(maxsize=1)
@@ -424,11 +425,12 @@ class Int4Linear(nn.Module):
         # derived from scales_zeros (not saved): a buffer, so `.to()` moves it and torch.compile treats
         # it as the module's state like `packed`
         self.register_buffer("native_scales", None, persistent=False)
-        # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again as int32 [N, G] for the one-row GEMV
-        # (+25% of the packed nibbles), and unless AUGURY_INT4_GEMV_LAYOUT=tinygemm also the GEMV's own copy of
-        # the nibbles (`triton_gemv_w4r.pack`: row-major in the order its fp16x2 decode wants, tile-major on
-        # 8B-sized shapes, the scales in the same tile order; +100% more: tinygemm keeps its copy for many
-        # rows). Derived from packed / scales_zeros, not saved
+        # CUDA with AUGURY_INT4_GEMV=1: the (scale, zero) pairs again as int32 for the one-row GEMV (+25% of
+        # the packed nibbles), and unless AUGURY_INT4_GEMV_LAYOUT=tinygemm also the GEMV's own copy of the
+        # nibbles (+100% more: tinygemm keeps its copy for many rows): the tensor-core GEMV's tiles
+        # (`triton_gemv_w4m.pack`, the default) or, where they do not fit or with =rows, the row layout
+        # (`triton_gemv_w4r.pack`: row-major in the order its fp16x2 decode wants, tile-major on 8B-sized
+        # shapes), the scales in the same order. Derived from packed / scales_zeros, not saved
         self.register_buffer("gemv_packed", None, persistent=False)
         self.register_buffer("gemv_scales", None, persistent=False)
         # no K/N padding and no bias: forward of a 2-D input is cast, one kernel call, cast back
@@ -499,10 +501,10 @@ class Int4Linear(nn.Module):
             szt = int4_layout.transpose_scales(self.scales_zeros)
             if _INT4_GEMV_LAYOUT == "mma" and triton_gemv_w4m.supported(self._n_padded, self._k_padded, self.group_size):
                 self.gemv_packed, self.gemv_scales = triton_gemv_w4m.pack_from_tinygemm(self.packed, szt)
-            else:
-                self.gemv_packed, self.gemv_scales = (
-                    triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size) if _INT4_GEMV_ROWS
-                    else (None, szt))
+            elif _INT4_GEMV_LAYOUT == "tinygemm":
+                self.gemv_packed, self.gemv_scales = None, szt
+            else:  # rows, or a shape the mma layout does not hold
+                self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size)
         else:
             self.gemv_packed = self.gemv_scales = None
         if self._native:

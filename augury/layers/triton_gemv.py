@@ -216,19 +216,34 @@ def _norm_inv(x_ptr, K, norm_k, eps, BLOCK_K: tl.constexpr):
 @triton.jit
 def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
     """The product's input at columns k, in fp32: x through the prologue."""
+    a, b = _x_load(x_ptr, g_ptr, k, k_ok, K, PRO)
+    return _x_apply(a, b, inv, PRO, dt)
+
+
+@triton.jit
+def _x_load(x_ptr, g_ptr, k, k_ok, K, PRO: tl.constexpr):
+    """`_x_in`'s loads (x and the norm weight, gate and up, or x and 0), in their dtype: a kernel can
+    issue them before the norm's 1 / rms is known (and hold them in half the registers)."""
     if PRO == 1:
-        xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        gv = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
-        xv = ((xv * inv).to(dt).to(tl.float32) * gv).to(dt).to(tl.float32)
+        return tl.load(x_ptr + k, mask=k_ok, other=0.0), tl.load(g_ptr + k, mask=k_ok, other=0.0)
     elif PRO == 2:
-        gate = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        up = tl.load(x_ptr + K + k, mask=k_ok, other=0.0).to(tl.float32)
-        act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
-        xv = (act * up).to(dt).to(tl.float32)
+        return tl.load(x_ptr + k, mask=k_ok, other=0.0), tl.load(x_ptr + K + k, mask=k_ok, other=0.0)
     else:
-        xv = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-    return xv
+        return tl.load(x_ptr + k, mask=k_ok, other=0.0), 0.0
+
+
+@triton.jit
+def _x_apply(a, b, inv, PRO: tl.constexpr, dt: tl.constexpr):
+    """`_x_in`'s prologue on its loads, in fp32."""
+    a = a.to(tl.float32)
+    if PRO == 1:
+        # weight * rms_norm(x).to(dtype): the product of two dtype values, rounded to the dtype
+        return ((a * inv).to(dt).to(tl.float32) * b.to(tl.float32)).to(dt).to(tl.float32)
+    elif PRO == 2:
+        act = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
+        return (act * b.to(tl.float32)).to(dt).to(tl.float32)
+    else:
+        return a
 
 
 @triton.jit

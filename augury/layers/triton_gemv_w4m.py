@@ -44,7 +44,7 @@ import triton.language as tl
 
 from augury.layers import launch_env
 from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
-from augury.layers.triton_gemv import _norm_inv, _x_in
+from augury.layers.triton_gemv import _norm_inv, _x_apply, _x_load
 from augury.layers.triton_gemv_w4 import _finish, _h2, _workspace, product_class, row_chunks
 
 
@@ -61,11 +61,13 @@ class W4MmaConfig:
 # docs/data/gpu22/w4m_probe.py): us per call against the row-layout GEMV's defaults
 _DEFAULTS = {
     "lm_head": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2),  # 96.2 vs 107.6
-    "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, late_launch=True),  # 27.4 vs 29.9
-    "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, late_launch=True),  # 15.9 vs 17.3
-    "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1, late_launch=True),  # 6.4 vs 7.5
-    "qkv": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2, late_launch=True),  # 8.1 vs 10.9
+    "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 27.4 vs 29.9
+    "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 15.9 vs 17.3
+    "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1),  # 6.4 vs 7.5
+    "qkv": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2),  # 8.1 vs 10.9
 }
+# unlike the row layout's, these grids (384-896 programs for the layer products) fill the machine: in the
+# layer chain, early launch (at the PDL wait) took 68.9 / 69.9 us a layer against 71.6 / 71.7 late
 _ENV_CFG = launch_env.overrides("AUGURY_W4M_CFG", W4MmaConfig)  # A/B runs: `launch_env`
 
 
@@ -130,6 +132,21 @@ def _mma4_asm(ones: bool) -> str:
 
 
 _MMA4 = tl.constexpr(_mma4_asm(False))
+_WARP_MAX = tl.constexpr("""{
+.reg .f32 a, u;
+mov.f32 a, $1;
+shfl.sync.bfly.b32 u, a, 16, 0x1f, 0xffffffff;
+max.f32 a, a, u;
+shfl.sync.bfly.b32 u, a, 8, 0x1f, 0xffffffff;
+max.f32 a, a, u;
+shfl.sync.bfly.b32 u, a, 4, 0x1f, 0xffffffff;
+max.f32 a, a, u;
+shfl.sync.bfly.b32 u, a, 2, 0x1f, 0xffffffff;
+max.f32 a, a, u;
+shfl.sync.bfly.b32 u, a, 1, 0x1f, 0xffffffff;
+max.f32 a, a, u;
+mov.f32 $0, a;
+}""")
 # a lane's two entries of row g ($4, $5) and of row g + 8 ($6, $7), then over the 4 lanes t of its g
 _ROW_SUMS = tl.constexpr("""{
 .reg .f32 a, b, u;
@@ -209,9 +226,13 @@ def _mma4(words, b0, b1, c, W: tl.constexpr, ONES: tl.constexpr, ASM: tl.constex
 
 
 @triton.jit
-def _x_frag(x_ptr, g_ptr, cols, use, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
-    """The prologue's inputs at cols [T, 8] (lanes that feed B; 0 elsewhere), fp32."""
-    return _x_in(x_ptr, g_ptr, cols, use, K, inv, PRO, dt)
+def _warp_max(v, W: tl.constexpr, ASM: tl.constexpr):
+    """[T] -> the max over each warp's 32 lanes, in every lane (butterfly shuffles: no barrier)."""
+    if ASM:
+        return tl.inline_asm_elementwise(_WARP_MAX, "=f,f", [v], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        m = tl.max(tl.reshape(v, [W, 32]), axis=1)
+        return tl.reshape(tl.broadcast_to(m[:, None], [W, 32]), [W * 32])
 
 
 @triton.jit
@@ -313,18 +334,24 @@ def _w4_mma_kernel(
     grp = tl.where(g == t, t, t + 4)
     col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
     use = is_a | is_b
+    # the inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue
+    a0, e0 = _x_load(x_ptr, g_ptr, col0, use, K, PRO)
+    a1, e1 = _x_load(x_ptr, g_ptr, col0 + 8, use, K, PRO)
+    a2, e2 = _x_load(x_ptr, g_ptr, col0 + 16, use, K, PRO)
+    a3, e3 = _x_load(x_ptr, g_ptr, col0 + 24, use, K, PRO)
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
-    v0 = _x_frag(x_ptr, g_ptr, col0, use, K, inv, PRO, dt)
-    v1 = _x_frag(x_ptr, g_ptr, col0 + 8, use, K, inv, PRO, dt)
-    v2 = _x_frag(x_ptr, g_ptr, col0 + 16, use, K, inv, PRO, dt)
-    v3 = _x_frag(x_ptr, g_ptr, col0 + 24, use, K, inv, PRO, dt)
-    m = tl.maximum(tl.maximum(tl.max(tl.abs(v0)), tl.max(tl.abs(v1))), tl.maximum(tl.max(tl.abs(v2)), tl.max(tl.abs(v3))))
+    v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
+    v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
+    # each warp scales its own fragments (its sums are its own): a warp-wide max, no barrier
+    m = tl.maximum(tl.maximum(tl.max(tl.abs(v0), axis=1), tl.max(tl.abs(v1), axis=1)),
+                   tl.maximum(tl.max(tl.abs(v2), axis=1), tl.max(tl.abs(v3), axis=1)))
+    m = _warp_max(m, W, ASM)
     # 2^d with max |x| 2^d in [2^13, 2^14): fp16 holds every input, /16 included, without overflow
     em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 24), 254)
-    up = ((267 - em) << 23).to(tl.float32, bitcast=True)
-    unscale = ((em - 13) << 23).to(tl.float32, bitcast=True)
+    up = ((267 - em) << 23).to(tl.float32, bitcast=True)[:, None]
+    unscale = ((em - 13) << 23).to(tl.float32, bitcast=True)[:, None]
     f = tl.where(is_b, up * 0.0625, up)
     b_a0, b_b0 = _pairs(v0 * f, is_a), _pairs(v0 * f, is_b)
     b_a1, b_b1 = _pairs(v1 * f, is_a), _pairs(v1 * f, is_b)

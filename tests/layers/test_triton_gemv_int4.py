@@ -34,7 +34,7 @@ def _int4_gemv_on(monkeypatch):
     from augury.layers import quant_linear
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", False)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "tinygemm")
 
 
 def _rand(*shape, seed=0, dtype=torch.float32, scale=1.0):

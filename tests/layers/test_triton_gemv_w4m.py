@@ -157,7 +157,6 @@ def test_int4_linear_builds_the_mma_layout_from_tinygemm_bytes(monkeypatch):
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
     for n, k, mma in ((32, 512, True), (48, 64, False)):  # K of whole 256-column blocks; not: the row layout
         lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
         if not CPU:  # on CUDA: packed for tinygemm by its first forward
@@ -184,7 +183,6 @@ def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
     lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         lin.weight.normal_(0, 0.02)

@@ -125,7 +125,7 @@ def test_int4_linear_builds_the_gemv_layout_from_tinygemm_bytes(monkeypatch):
     from tests.layers.test_triton_gemv_int4 import _tinygemm_layout
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "rows")
     for n, k in ((48, 64), (32, 1024)):  # row-major; tile-major
         lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
         if not CPU:  # on CUDA: packed for tinygemm by its first forward
@@ -192,7 +192,7 @@ def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
     from augury.layers import quant_linear
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ROWS", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "rows")
     lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         lin.weight.normal_(0, 0.02)
