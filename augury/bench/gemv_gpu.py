@@ -279,6 +279,14 @@ _W4M_CFGS = {
     "o256": {"o_proj": {"rows_per_program": 256}}, "o64": {"o_proj": {"rows_per_program": 64}},
     "g256": {"gate_up": {"rows_per_program": 256}}, "g1024": {"gate_up": {"rows_per_program": 1024}},
     "w8_all": {p: {"num_warps": 8} for p in _LATE},
+    # two warps a program, half the rows (the same tiles per warp; twice the programs: finer balance)
+    "w2_all": {"qkv": {"num_warps": 2, "rows_per_program": 128}, "o_proj": {"num_warps": 2, "rows_per_program": 64},
+               "gate_up": {"num_warps": 2, "rows_per_program": 256}, "down": {"num_warps": 2, "rows_per_program": 256}},
+    "w2_down": {"down": {"num_warps": 2, "rows_per_program": 256}},
+    "w2_gate_up": {"gate_up": {"num_warps": 2, "rows_per_program": 256}},
+    "w2_qkv": {"qkv": {"num_warps": 2, "rows_per_program": 128}},
+    "w2_o_proj": {"o_proj": {"num_warps": 2, "rows_per_program": 64}},
+    "o_pf2": {"o_proj": {"prefetch": 2}},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

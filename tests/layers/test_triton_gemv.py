@@ -167,13 +167,13 @@ def test_bad_inputs_are_refused():
     assert not supported(_rand(1, 64, dtype=torch.bfloat16), w)  # dtypes must match
 
 
-def _tiny_llama(dtype):
+def _tiny_llama(dtype, hidden=64, inter=96):
     from augury.config import ModelConfig
     from augury.models.llama import LlamaForCausalLM
 
     cfg = ModelConfig.from_hf_dict({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64,
-        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": hidden,
+        "intermediate_size": inter, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "hidden_act": "silu",
     })
     torch.manual_seed(0)

@@ -228,11 +228,11 @@ def _tinygemm_layout(lin: Int4Linear) -> Int4Linear:
     return lin
 
 
-def _tiny_int4_llama():
+def _tiny_int4_llama(hidden=64, inter=96):
     """(int4 model, its twin with the dequantized weights as bf16 nn.Linear): a tiny bf16 Llama."""
     from tests.layers.test_triton_gemv import _tiny_llama
 
-    m, ref = _tiny_llama(torch.bfloat16), _tiny_llama(torch.bfloat16)
+    m, ref = _tiny_llama(torch.bfloat16, hidden, inter), _tiny_llama(torch.bfloat16, hidden, inter)
     for layer, rlayer in zip(m.layers, ref.layers):
         for owner, rowner, name in (("self_attn", "self_attn", "qkv_proj"), ("self_attn", "self_attn", "o_proj"),
                                     ("mlp", "mlp", "gate_up_proj"), ("mlp", "mlp", "down_proj")):
@@ -251,11 +251,18 @@ def _tiny_int4_llama():
 
 @here
 def test_fused_int4_layer_equals_the_dequantized_modules_and_compiles_to_the_ops():
+    fused_int4_layer_check()
+
+
+def fused_int4_layer_check(hidden=64, inter=96):
+    """A one-token step of a tiny int4 Llama through the fused layer equals its twin with the dequantized
+    weights as bf16 modules, and compiles to the fused ops (also `test_triton_gemv_w4m`'s, on its layout)."""
     from augury.layers.attention import SeqSpec, build_attention_metadata
 
-    m, ref = _tiny_int4_llama()
-    pools = {"k": [torch.zeros(32, 2, 16, device=DEV, dtype=torch.bfloat16) for _ in range(2)],
-             "v": [torch.zeros(32, 2, 16, device=DEV, dtype=torch.bfloat16) for _ in range(2)]}
+    m, ref = _tiny_int4_llama(hidden, inter)
+    d = hidden // 4
+    pools = {"k": [torch.zeros(32, 2, d, device=DEV, dtype=torch.bfloat16) for _ in range(2)],
+             "v": [torch.zeros(32, 2, d, device=DEV, dtype=torch.bfloat16) for _ in range(2)]}
 
     class View:
         k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
@@ -263,7 +270,7 @@ def test_fused_int4_layer_equals_the_dequantized_modules_and_compiles_to_the_ops
     pre = build_attention_metadata([SeqSpec(0, 6, {"full": [1, 2]})], 8, {"full": None}, DEV)
     step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], 8, {"full": None}, DEV)
     prompt, tok = torch.tensor([5, 17, 3, 40, 22, 9], device=DEV), torch.tensor([31], device=DEV)
-    h = torch.zeros(1, 64, device=DEV, dtype=torch.bfloat16)
+    h = torch.zeros(1, hidden, device=DEV, dtype=torch.bfloat16)
     seen = []
 
     def backend(gm, example_inputs):
@@ -296,6 +303,7 @@ def test_fused_int4_layer_equals_the_dequantized_modules_and_compiles_to_the_ops
     compiled = run(m, True, compiled=True)
     assert sum("augury.gemv" in s for s in seen) == 6 and sum("augury.qkv_rope_kv" in s for s in seen) == 2
     assert torch.equal(compiled, got)
+    return m
 
 
 @here
