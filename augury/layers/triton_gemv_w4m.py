@@ -64,7 +64,9 @@ _DEFAULTS = {
     "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 27.4 vs 29.9
     "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 15.9 vs 17.3
     "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1),  # 6.4 vs 7.5
-    "qkv": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2),  # 8.1 vs 10.9
+    # two warps, 128 rows: in the layer chain 67.8 / 67.7 against 68.2 / 68.7 us a layer at 4 x 256; end to
+    # end 439.8 / 440.1 against 438.8 / 438.4 tok/s, alternating
+    "qkv": W4MmaConfig(rows_per_program=128, num_warps=2, prefetch=2),  # alone 8.1 vs 10.9 (at 4 x 256)
 }
 # unlike the row layout's, these grids (384-896 programs for the layer products) fill the machine: in the
 # layer chain, early launch (at the PDL wait) took 68.9 / 69.9 us a layer against 71.6 / 71.7 late
