@@ -134,39 +134,24 @@ def _mma4_asm(ones: bool) -> str:
 
 
 _MMA4 = tl.constexpr(_mma4_asm(False))
-_WARP_MAX = tl.constexpr("""{
-.reg .f32 a, u;
-mov.f32 a, $1;
-shfl.sync.bfly.b32 u, a, 16, 0x1f, 0xffffffff;
-max.f32 a, a, u;
-shfl.sync.bfly.b32 u, a, 8, 0x1f, 0xffffffff;
-max.f32 a, a, u;
-shfl.sync.bfly.b32 u, a, 4, 0x1f, 0xffffffff;
-max.f32 a, a, u;
-shfl.sync.bfly.b32 u, a, 2, 0x1f, 0xffffffff;
-max.f32 a, a, u;
-shfl.sync.bfly.b32 u, a, 1, 0x1f, 0xffffffff;
-max.f32 a, a, u;
-mov.f32 $0, a;
-}""")
+
+
+def _butterfly_asm(pre: list[str], op: str, regs: str, masks: tuple[int, ...], outs: str) -> str:
+    """PTX over a warp: `pre`, then for each lane mask each of `regs` combined (`op`) with its butterfly
+    partner's, then the outputs moved from `outs` (one register name per output)."""
+    body = [f".reg .f32 {', '.join(sorted(set(regs)))}, u;", *pre]
+    for m in masks:
+        for r in regs:
+            body += [f"shfl.sync.bfly.b32 u, {r}, {m}, 0x1f, 0xffffffff;", f"{op} {r}, {r}, u;"]
+    body += [f"mov.f32 ${i}, {r};" for i, r in enumerate(outs)]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+# the max of $1 over the warp's 32 lanes
+_WARP_MAX = tl.constexpr(_butterfly_asm(["mov.f32 a, $1;"], "max.f32", "a", (16, 8, 4, 2, 1), "a"))
 # a lane's two entries of row g ($4, $5) and of row g + 8 ($6, $7), then over the 4 lanes t of its g
-_ROW_SUMS = tl.constexpr("""{
-.reg .f32 a, b, u;
-add.f32 a, $4, $5;
-add.f32 b, $6, $7;
-shfl.sync.bfly.b32 u, a, 1, 0x1f, 0xffffffff;
-add.f32 a, a, u;
-shfl.sync.bfly.b32 u, b, 1, 0x1f, 0xffffffff;
-add.f32 b, b, u;
-shfl.sync.bfly.b32 u, a, 2, 0x1f, 0xffffffff;
-add.f32 a, a, u;
-shfl.sync.bfly.b32 u, b, 2, 0x1f, 0xffffffff;
-add.f32 b, b, u;
-mov.f32 $0, a;
-mov.f32 $1, a;
-mov.f32 $2, b;
-mov.f32 $3, b;
-}""")
+_ROW_SUMS = tl.constexpr(_butterfly_asm(["add.f32 a, $4, $5;", "add.f32 b, $6, $7;"], "add.f32", "ab", (1, 2),
+                                        "aabb"))
 _MMA_ONES = tl.constexpr(_mma4_asm(True))
 
 
@@ -245,6 +230,18 @@ def _pairs(v, keep):
 
 
 @triton.jit
+def _load_tile(w_ptrs, s_ptrs, ok, EVEN: tl.constexpr):
+    """A warp's tile: its four 16-byte word loads and its scales' (masked unless EVEN: ok [T] says which
+    warps' tiles lie inside the weight)."""
+    if EVEN:
+        return tl.load(w_ptrs), tl.load(w_ptrs + 128), tl.load(w_ptrs + 256), tl.load(w_ptrs + 384), tl.load(s_ptrs)
+    m = ok[:, None]
+    return (tl.load(w_ptrs, mask=m, other=0), tl.load(w_ptrs + 128, mask=m, other=0),
+            tl.load(w_ptrs + 256, mask=m, other=0), tl.load(w_ptrs + 384, mask=m, other=0),
+            tl.load(s_ptrs, mask=m, other=0))
+
+
+@triton.jit
 def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep,
           W: tl.constexpr, ASM: tl.constexpr):
     """One row tile per warp over the block: 16 mmas, the (scale, zero) per entry, the rows' sums to
@@ -303,27 +300,10 @@ def _w4_mma_kernel(
     s_ptrs = sz_ptr + tile[:, None] * 128 + (lane * 4)[:, None] + jj[None, :]
     W_STEP: tl.constexpr = W * 512
     S_STEP: tl.constexpr = W * 128
-    ok = (rt < NT)[:, None]
-    if EVEN:
-        p0 = tl.load(w_ptrs)
-        p1 = tl.load(w_ptrs + 128)
-        p2 = tl.load(w_ptrs + 256)
-        p3 = tl.load(w_ptrs + 384)
-        sc = tl.load(s_ptrs)
-    else:
-        p0 = tl.load(w_ptrs, mask=ok, other=0)
-        p1 = tl.load(w_ptrs + 128, mask=ok, other=0)
-        p2 = tl.load(w_ptrs + 256, mask=ok, other=0)
-        p3 = tl.load(w_ptrs + 384, mask=ok, other=0)
-        sc = tl.load(s_ptrs, mask=ok, other=0)
+    p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
     q0, q1, q2, q3, sq = p0, p1, p2, p3, sc
     if PF == 2:  # the warp's second tile too
-        ok2 = (rt + W < NT)[:, None]
-        q0 = tl.load(w_ptrs + W_STEP, mask=ok2, other=0)
-        q1 = tl.load(w_ptrs + W_STEP + 128, mask=ok2, other=0)
-        q2 = tl.load(w_ptrs + W_STEP + 256, mask=ok2, other=0)
-        q3 = tl.load(w_ptrs + W_STEP + 384, mask=ok2, other=0)
-        sq = tl.load(s_ptrs + S_STEP, mask=ok2, other=0)
+        q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False)
         w_ptrs += W_STEP
         s_ptrs += S_STEP
     if PDL:
@@ -381,19 +361,7 @@ def _w4_mma_kernel(
     for it in range(TILES - PF):
         w_ptrs += W_STEP
         s_ptrs += S_STEP
-        if EVEN:
-            n0 = tl.load(w_ptrs)
-            n1 = tl.load(w_ptrs + 128)
-            n2 = tl.load(w_ptrs + 256)
-            n3 = tl.load(w_ptrs + 384)
-            scn = tl.load(s_ptrs)
-        else:
-            okn = (rt + (it + PF) * W < NT)[:, None]
-            n0 = tl.load(w_ptrs, mask=okn, other=0)
-            n1 = tl.load(w_ptrs + 128, mask=okn, other=0)
-            n2 = tl.load(w_ptrs + 256, mask=okn, other=0)
-            n3 = tl.load(w_ptrs + 384, mask=okn, other=0)
-            scn = tl.load(s_ptrs, mask=okn, other=0)
+        n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
         if LOADS_ONLY:
             junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
         else:

@@ -25,6 +25,7 @@ from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int
 from augury.layers.triton_gemv import gemv  # noqa: E402
 from augury.layers.triton_gemv_w4m import W4MmaConfig as M  # noqa: E402
 from tests.layers.test_triton_gemv_int4 import DEV, _rand, cuda_only, here  # noqa: E402
+from tests.layers.test_triton_gemv_w4r import LLAMA3_8B_SHAPES, matches_tinygemm  # noqa: E402
 
 
 def _int4(n, k, seed):
@@ -192,42 +193,16 @@ def test_fused_int4_layer_on_the_mma_layout_equals_the_dequantized_modules(monke
 
 
 @cuda_only
-@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)])
+@pytest.mark.parametrize("n,k", LLAMA3_8B_SHAPES)
 def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
-    from augury.layers import quant_linear
-
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
-    lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
-    with torch.no_grad():
-        lin.weight.normal_(0, 0.02)
-    m = Int4Linear.from_linear(lin, 32)
-    assert m.gemv_packed is not None and m.gemv_packed.dim() == 3
-    x = _rand(2, k, seed=9, dtype=torch.bfloat16)
-    both = m(x)  # two rows: tinygemm
-    one = m(x[:1])  # one row: the tensor-core GEMV
-    torch.testing.assert_close(one.float(), both[:1].float(), atol=2 ** -6 * both.abs().max().item(), rtol=0)
+    assert matches_tinygemm(n, k, "mma", monkeypatch).gemv_packed.dim() == 3
 
 
 @cuda_only
 def test_late_launch_under_pdl_is_bitwise_the_plain_launch():
-    """down's shape under PDL after a product that lets it launch only after its tiles, with a new
-    input each time: bitwise the launch without PDL on the finished input."""
-    from augury.layers.triton_pdl import pdl_enabled
+    from tests.layers.test_triton_gemv_w4r import late_launch_check
 
-    if not pdl_enabled(DEV):
-        pytest.skip("no programmatic dependent launch on this device")
-    p0, s0, _ = _int4(28672, 4096, seed=40)
-    p1, s1, _ = _int4(4096, 14336, seed=41)
-    late = replace(triton_gemv_w4m.default_config(28672, 4096), late_launch=True)
-    r = _rand(1, 4096, seed=42, dtype=torch.bfloat16)
-    for i in range(3):
-        gu = gemv(_rand(1, 4096, seed=43 + i, dtype=torch.bfloat16), p0, scales_zeros=s0, group_size=32, cfg=late,
-                  pdl=True)
-        got = gemv(gu, p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r, pdl=True)
-        torch.cuda.synchronize()
-        assert torch.equal(got, gemv(gu.clone(), p1, scales_zeros=s1, group_size=32, silu_mul=True, residual=r,
-                                     pdl=False))
+    late_launch_check(_int4, replace(triton_gemv_w4m.default_config(28672, 4096), late_launch=True))
 
 
 @cuda_only

@@ -186,35 +186,51 @@ def test_layout_round_trips_and_refusals():
 # ---------------------------------------------------------------------------- CUDA only
 
 
+LLAMA3_8B_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+
+
 @cuda_only
-@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)])
+@pytest.mark.parametrize("n,k", LLAMA3_8B_SHAPES)
 def test_llama3_8b_shapes_match_tinygemm(n, k, monkeypatch):
+    m = matches_tinygemm(n, k, "rows", monkeypatch)
+    assert m.gemv_packed.dim() == 2 and triton_gemv_w4r.blocked_entries(n, k, 32) is not None
+
+
+def matches_tinygemm(n, k, layout, monkeypatch) -> Int4Linear:
+    """An [n, k] Int4Linear with AUGURY_INT4_GEMV_LAYOUT=layout: its one-row product (the GEMV on its own
+    copy) equals tinygemm's for the same row of a two-row input. -> the module."""
     from augury.layers import quant_linear
 
     monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "rows")
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", layout)
     lin = nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         lin.weight.normal_(0, 0.02)
     m = Int4Linear.from_linear(lin, 32)
-    assert m.gemv_packed is not None and (triton_gemv_w4r.blocked_entries(n, k, 32) is not None)
+    assert m.gemv_packed is not None
     x = _rand(2, k, seed=9, dtype=torch.bfloat16)
     both = m(x)  # two rows: tinygemm
     one = m(x[:1])  # one row: the GEMV on its own layout
     torch.testing.assert_close(one.float(), both[:1].float(), atol=2 ** -6 * both.abs().max().item(), rtol=0)
+    return m
 
 
 @cuda_only
 def test_late_launch_under_pdl_is_bitwise_the_plain_launch():
-    """down's shape under PDL after a row-layout product that lets it launch only after its row tiles
-    (late_launch), with a new input each time: bitwise the launch without PDL on the finished input."""
+    late_launch_check(lambda n, k, seed: _int4(n, k, 32, seed),
+                      replace(triton_gemv_w4r.default_config(28672, 4096), late_launch=True))
+
+
+def late_launch_check(int4, late):
+    """down's shape under PDL after a gate_up product of config `late` (one that lets it launch only after
+    its tiles), with a new input each time: bitwise the launch without PDL on the finished input. int4:
+    (n, k, seed) -> (packed, scales, w) in the layout under test (also `test_triton_gemv_w4m`'s)."""
     from augury.layers.triton_pdl import pdl_enabled
 
     if not pdl_enabled(DEV):
         pytest.skip("no programmatic dependent launch on this device")
-    p0, s0, _ = _int4(28672, 4096, 32, seed=40)
-    p1, s1, _ = _int4(4096, 14336, 32, seed=41)
-    late = replace(triton_gemv_w4r.default_config(28672, 4096), late_launch=True)
+    p0, s0, _ = int4(28672, 4096, 40)
+    p1, s1, _ = int4(4096, 14336, 41)
     r = _rand(1, 4096, seed=42, dtype=torch.bfloat16)
     for i in range(3):
         gu = gemv(_rand(1, 4096, seed=43 + i, dtype=torch.bfloat16), p0, scales_zeros=s0, group_size=32, cfg=late,

@@ -4,7 +4,7 @@ V=attention_waits,w4m_w2_all,w4m_w2_down,w4m_w2_gate_up,w4m_w2_qkv,w4m_w2_o_proj
 timeout 170 python -m augury.bench.gemv_gpu --weights int4 --shapes "" --chains layer_chain \
   --int4-layout mma --layer-variants $V --rounds 2 --ctx 1100 --out $OUT/mma > $OUT/chain_mma.log 2>&1
 grep "layer chain" $OUT/chain_mma.log | head -30
-ENV=$(python docs/data/gpu22/pick.py $OUT/mma/gemv_gpu_int4.json w4mcfg 0.3)
+ENV=$(python docs/data/gpu21/pick.py $OUT/mma/gemv_gpu_int4.json w4mcfg 0.3)
 echo "picked: $ENV"
 R="python -m augury.bench.roofline --quick --cases b1 --skip-small"
 run() { tag=$1; shift; [ $(left) -gt 40 ] || { echo "skip $tag"; return; }
