@@ -9,9 +9,10 @@ steps of exactly one token (batch-1 decode, each step of a batch-1 burst) on CUD
 every other step, and layers it does not cover (biases, int8 or padded int4 weights,
 Gemma-style norms, other activations), take the unfused modules. Int4 projections
 (`Int4Linear` on CUDA) take the split-K GEMV only with AUGURY_INT4_GEMV=1 (faster than tinygemm on the
-H200, but it keeps copies of the scales and, on its default row layout `layers/triton_gemv_w4r.py`, of
-the nibbles; `AUGURY_INT4_GEMV_LAYOUT=tinygemm` reads tinygemm's bytes in place, `layers/triton_gemv_w4.py`;
-`quant_linear._INT4_GEMV_ON`).
+H200, but it keeps copies of the scales and of the nibbles: by default the tensor-core GEMV's tiles,
+`layers/triton_gemv_w4m.py`, where a shape fits them, else the row layout, `layers/triton_gemv_w4r.py`;
+`AUGURY_INT4_GEMV_LAYOUT=rows` takes the row layout everywhere, `=tinygemm` reads tinygemm's bytes in place,
+`layers/triton_gemv_w4.py`; `quant_linear._INT4_GEMV_ON`).
 
 `AUGURY_FUSED_DECODE=0` turns it off (A/B measurements); tests force it on under the
 Triton interpreter through `FORCE`.

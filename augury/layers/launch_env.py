@@ -2,6 +2,7 @@
 
     AUGURY_GEMV_CFG="down:late_launch=1;qkv:block_k=1024"         (bf16 one-row GEMV, `GemvConfig`)
     AUGURY_W4R_CFG="down:rows_per_program=256,stages=1"            (int4 row-layout GEMV, `W4RowsConfig`)
+    AUGURY_W4M_CFG="qkv:num_warps=4,rows_per_program=256"          (int4 tensor-core GEMV, `W4MmaConfig`)
 
 Products are named by the shape class the kernel's `default_config` picks for them (qkv, o_proj,
 gate_up, down, lm_head); fields are the config dataclass's, values integers (booleans as 0/1).

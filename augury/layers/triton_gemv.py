@@ -33,8 +33,9 @@ exp (Triton's fast versions).
 
 Int4 weights (`scales_zeros` given) go to `augury.layers.triton_gemv_w4`: a split-K kernel that
 reads an `Int4Linear`'s packed bytes in place (tinygemm's layout) with the same prologues and
-epilogues; or, for the GEMV's own row-major layout (int32 [N, K / 8], `triton_gemv_w4r.pack`),
-to `augury.layers.triton_gemv_w4r` (`Int4Linear`'s default layout for it). `Int4Linear` only routes here with AUGURY_INT4_GEMV=1 (`quant_linear._INT4_GEMV_ON`
+epilogues; for the GEMV's own row-major layout (int32 [N, K / 8], `triton_gemv_w4r.pack`), to
+`augury.layers.triton_gemv_w4r`; for the tensor-core GEMV's tiles (int32 [K / 256, N / 16, 512],
+`triton_gemv_w4m.pack`: `Int4Linear`'s default where a shape fits them), to `augury.layers.triton_gemv_w4m`. `Int4Linear` only routes here with AUGURY_INT4_GEMV=1 (`quant_linear._INT4_GEMV_ON`
 says why it is off by default).
 
 For plain weights each program owns BLOCK_N output rows and walks K in BLOCK_K tiles, keeping a

@@ -22,9 +22,10 @@ up to the order of the fp32 sums. On 8B-sized shapes the weight is tile-major (`
 16-row x slice tiles contiguous), chunks are whole (no masks) and the last row tile is peeled off the
 prefetching loop. Per product on the H200 5-17% faster than `triton_gemv_w4`; the whole decode step
 followed only once the layer products launch their successors late (`W4RowsConfig.late_launch`: early, the
-next grid's programs piled onto the multiprocessors a small grid left free), so `Int4Linear` uses it under
-AUGURY_INT4_GEMV=1 unless AUGURY_INT4_GEMV_LAYOUT=tinygemm (docs/benchmarks.md, twentieth and twenty-first
-sessions). Written so it also runs under TRITON_INTERPRET=1 (tests).
+next grid's programs piled onto the multiprocessors a small grid left free), docs/benchmarks.md, twentieth
+and twenty-first sessions. Since the twenty-second the tensor-core GEMV (`triton_gemv_w4m`) is
+`Int4Linear`'s default under AUGURY_INT4_GEMV=1; this one serves shapes its tiles do not fit and
+AUGURY_INT4_GEMV_LAYOUT=rows. Written so it also runs under TRITON_INTERPRET=1 (tests).
 """
 
 from __future__ import annotations
