@@ -287,6 +287,10 @@ _W4M_CFGS = {
     "w2_qkv": {"qkv": {"num_warps": 2, "rows_per_program": 128}},
     "w2_o_proj": {"o_proj": {"num_warps": 2, "rows_per_program": 64}},
     "o_pf2": {"o_proj": {"prefetch": 2}},
+    # the loop's loads through Triton's cp.async pipeline (fewer registers, more tiles in flight; no tile
+    # loaded before the PDL wait)
+    **{f"st{n}_all": {p: {"stages": n} for p in _LATE} for n in (2, 3, 4)},
+    **{f"st3_{p}": {p: {"stages": 3}} for p in _LATE},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

@@ -54,6 +54,7 @@ class W4MmaConfig:
     num_warps: int = 4
     late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
     prefetch: int = 1  # tiles each warp keeps in flight while it uses one (1 or 2)
+    stages: int = 1  # > 1: the loop's loads also pipelined that deep through shared memory (Triton's cp.async)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
 
 
@@ -280,7 +281,7 @@ def _w4_mma_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
-    LOADS_ONLY: tl.constexpr = False,
+    LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -300,9 +301,13 @@ def _w4_mma_kernel(
     s_ptrs = sz_ptr + tile[:, None] * 128 + (lane * 4)[:, None] + jj[None, :]
     W_STEP: tl.constexpr = W * 512
     S_STEP: tl.constexpr = W * 128
-    p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
+    w_ptrs0, s_ptrs0 = w_ptrs, s_ptrs
+    z4 = tl.zeros([T, 4], dtype=tl.int32)
+    p0, p1, p2, p3, sc = z4, z4, z4, z4, z4  # (STAGES > 1 loads every tile in its loop)
+    if STAGES == 1:
+        p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
     q0, q1, q2, q3, sq = p0, p1, p2, p3, sc
-    if PF == 2:  # the warp's second tile too
+    if PF == 2 and STAGES == 1:  # the warp's second tile too
         q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False)
         w_ptrs += W_STEP
         s_ptrs += S_STEP
@@ -357,8 +362,14 @@ def _w4_mma_kernel(
     junk = tl.zeros([T, 4], dtype=tl.int32)  # LOADS_ONLY: what keeps the loads alive
     ws_row = ws_ptr + pid_k * N
     keep = first if EVEN else first & (out < N)
+    if STAGES > 1:  # every tile loaded in its own iteration, STAGES - 1 ahead through shared memory (cp.async)
+        for it in tl.range(0, TILES, num_stages=STAGES):
+            t0, t1, t2, t3, st = _load_tile(w_ptrs0 + it * W_STEP, s_ptrs0 + it * S_STEP, rt + it * W < NT, EVEN)
+            okt = first if EVEN else first & (out + it * 16 * W < N)
+            _tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                  ws_row, out + it * 16 * W, okt, W, ASM)
     # the warp's next PF tiles in flight while one is used; the last PF peeled off the loop
-    for it in range(TILES - PF):
+    for it in range(TILES - PF if STAGES == 1 else 0):
         w_ptrs += W_STEP
         s_ptrs += S_STEP
         n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
@@ -374,12 +385,14 @@ def _w4_mma_kernel(
             p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
         out += 16 * W
         keep = first if EVEN else first & (out < N)
-    if LOADS_ONLY:
+    if STAGES > 1:
+        pass
+    elif LOADS_ONLY:
         junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
     else:
         _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
               ws_row, out, keep, W, ASM)
-    if PF == 2:
+    if PF == 2 and STAGES == 1:
         out += 16 * W
         keep = first if EVEN else first & (out < N)
         if LOADS_ONLY:
@@ -416,5 +429,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
-        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )
