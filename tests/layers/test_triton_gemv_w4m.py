@@ -43,9 +43,8 @@ def _close(y, ref):
     torch.testing.assert_close(y, ref, atol=2 ** -6 * ref.abs().max().item(), rtol=0)
 
 
-# (N, K, config): one block and several, one tile per warp and several, two tiles in flight, tiles pipelined
-# through shared memory, a ragged
-# last chunk (rows past N), two warps, the shape-based default
+# (N, K, config): one block and several, one tile per warp and several, two tiles in flight, a ragged last
+# chunk (rows past N), two warps, tiles pipelined through shared memory, the shape-based default
 CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
          (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)), (64, 256, None)]
 
