@@ -291,6 +291,8 @@ _W4M_CFGS = {
     # loaded before the PDL wait)
     **{f"st{n}_all": {p: {"stages": n} for p in _LATE} for n in (2, 3, 4)},
     **{f"st3_{p}": {p: {"stages": 3}} for p in _LATE},
+    # a row chunk's K slices launched together (its last program's sums and epilogue all along the launch)
+    "km_all": {p: {"k_major": True} for p in _LATE}, **{f"km_{p}": {p: {"k_major": True}} for p in _LATE},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

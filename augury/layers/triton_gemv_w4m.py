@@ -55,6 +55,7 @@ class W4MmaConfig:
     late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
     prefetch: int = 1  # tiles each warp keeps in flight while it uses one (1 or 2)
     stages: int = 1  # > 1: the loop's loads also pipelined that deep through shared memory (Triton's cp.async)
+    k_major: bool = False  # launch order: a row chunk's K slices adjacent (else a K slice's chunks)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
 
 
@@ -281,10 +282,14 @@ def _w4_mma_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
-    LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
 ):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
+        pid_k = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_n = tl.program_id(0)
+        pid_k = tl.program_id(1)
     dt = y_ptr.dtype.element_ty
     T: tl.constexpr = 32 * W
     TILES: tl.constexpr = NB // 16 // W  # row tiles per warp
@@ -425,9 +430,9 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
-    _w4_mma_kernel[grid](
+    _w4_mma_kernel[(grid[1], grid[0]) if cfg.k_major else grid](
         x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
-        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

@@ -44,9 +44,11 @@ def _close(y, ref):
 
 
 # (N, K, config): one block and several, one tile per warp and several, two tiles in flight, a ragged last
-# chunk (rows past N), two warps, tiles pipelined through shared memory, the shape-based default
+# chunk (rows past N), two warps, tiles pipelined through shared memory, the K-major launch order, the
+# shape-based default
 CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
-         (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)), (64, 256, None)]
+         (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)),
+         (96, 768, M(32, 2, k_major=True)), (64, 256, None)]
 
 
 @here
