@@ -60,18 +60,19 @@ class W4MmaConfig:
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
-# docs/data/gpu22/w4m_probe.py): us per call against the row-layout GEMV's defaults
+# docs/data/gpu22/w4m_probe.py): us per call against the row-layout GEMV's defaults; then in the layer chain
+# and end to end: early launch (these grids, 384-896 programs for the layer products, fill the machine:
+# 68.9 / 69.9 us a layer against 71.6 / 71.7 late), qkv on two warps x 128 rows (67.8 / 67.7 against 68.2 /
+# 68.7; 439.8 / 440.1 against 438.8 / 438.4 tok/s), and the layer products K-major (a chunk's K slices
+# launched together, so chunks finish and add their slices all along the launch, not all at its end: 66.7 /
+# 67.0 against 67.5 / 68.0 us a layer; 448.5 / 447.6 against 440.0 tok/s)
 _DEFAULTS = {
     "lm_head": W4MmaConfig(rows_per_program=256, num_warps=4, prefetch=2),  # 96.2 vs 107.6
-    "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 27.4 vs 29.9
-    "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2),  # 15.9 vs 17.3
-    "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1),  # 6.4 vs 7.5
-    # two warps, 128 rows: in the layer chain 67.8 / 67.7 against 68.2 / 68.7 us a layer at 4 x 256; end to
-    # end 439.8 / 440.1 against 438.8 / 438.4 tok/s, alternating
-    "qkv": W4MmaConfig(rows_per_program=128, num_warps=2, prefetch=2),  # alone 8.1 vs 10.9 (at 4 x 256)
+    "gate_up": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, k_major=True),  # 27.4 vs 29.9
+    "down": W4MmaConfig(rows_per_program=512, num_warps=4, prefetch=2, k_major=True),  # 15.9 vs 17.3
+    "o_proj": W4MmaConfig(rows_per_program=128, num_warps=4, prefetch=1, k_major=True),  # 6.4 vs 7.5
+    "qkv": W4MmaConfig(rows_per_program=128, num_warps=2, prefetch=2, k_major=True),  # 8.1 vs 10.9 (4 x 256)
 }
-# unlike the row layout's, these grids (384-896 programs for the layer products) fill the machine: in the
-# layer chain, early launch (at the PDL wait) took 68.9 / 69.9 us a layer against 71.6 / 71.7 late
 _ENV_CFG = launch_env.overrides("AUGURY_W4M_CFG", W4MmaConfig)  # A/B runs: `launch_env`
 
 
