@@ -14,14 +14,13 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from tests.triton_env import interpreter, rerun_in_fresh_process  # noqa: E402
 
 CPU, FRESH = interpreter()
 
 from augury.layers import int4_layout, triton_gemv_w4m  # noqa: E402
-from augury.layers.quant_linear import Int4Linear, dequantize_int4, quantize_int4  # noqa: E402
+from augury.layers.quant_linear import dequantize_int4, quantize_int4  # noqa: E402
 from augury.layers.triton_gemv import gemv  # noqa: E402
 from augury.layers.triton_gemv_w4m import W4MmaConfig as M  # noqa: E402
 from tests.layers.test_triton_gemv_int4 import DEV, _rand, cuda_only, here  # noqa: E402
@@ -155,17 +154,10 @@ def test_bad_configs_and_scales_are_refused():
 
 @here
 def test_int4_linear_builds_the_mma_layout_from_tinygemm_bytes(monkeypatch):
-    from augury.layers import quant_linear
-    from tests.layers.test_triton_gemv_int4 import _tinygemm_layout
+    from tests.layers.test_triton_gemv_w4r import int4_linear_from_tinygemm_bytes
 
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "mma")
     for n, k, mma in ((32, 512, True), (48, 64, False)):  # K of whole 256-column blocks; not: the row layout
-        lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
-        if not CPU:  # on CUDA: packed for tinygemm by its first forward
-            lin = lin.to(DEV)
-            lin(torch.zeros(1, k, device=DEV, dtype=torch.bfloat16))
-        lin = _tinygemm_layout(lin)
+        lin = int4_linear_from_tinygemm_bytes(n, k, "mma", monkeypatch)
         got = lin.gemv_weight()
         assert (got["w"].dim() == 3) == mma
         if mma:

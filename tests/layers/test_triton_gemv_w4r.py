@@ -121,17 +121,8 @@ def test_qkv_rope_kv_equals_its_product_rope_and_pool_write(n_heads, hidden, cfg
 
 @here
 def test_int4_linear_builds_the_gemv_layout_from_tinygemm_bytes(monkeypatch):
-    from augury.layers import quant_linear
-    from tests.layers.test_triton_gemv_int4 import _tinygemm_layout
-
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
-    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", "rows")
     for n, k in ((48, 64), (32, 1024)):  # row-major; tile-major
-        lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
-        if not CPU:  # on CUDA: packed for tinygemm by its first forward
-            lin = lin.to(DEV)
-            lin(torch.zeros(1, k, device=DEV, dtype=torch.bfloat16))
-        lin = _tinygemm_layout(lin)
+        lin = int4_linear_from_tinygemm_bytes(n, k, "rows", monkeypatch)
         got = lin.gemv_weight()
         assert got["w"] is lin.gemv_packed and got["scales_zeros"] is lin.gemv_scales
         e = triton_gemv_w4r.blocked_entries(n, k, 32)
@@ -142,6 +133,21 @@ def test_int4_linear_builds_the_gemv_layout_from_tinygemm_bytes(monkeypatch):
         assert torch.equal(srows, int4_layout.transpose_scales(lin.scales_zeros))
         x = _rand(1, k, seed=10, dtype=torch.bfloat16)
         _close(gemv(x, **got), F.linear(x.float(), lin.dequantize().to(DEV).float()))
+
+
+def int4_linear_from_tinygemm_bytes(n, k, layout, monkeypatch) -> Int4Linear:
+    """A random [n, k] Int4Linear held in tinygemm's CUDA bytes (on CUDA: packed by its first forward),
+    its GEMV copy built under AUGURY_INT4_GEMV_LAYOUT=layout (also `test_triton_gemv_w4m`'s)."""
+    from augury.layers import quant_linear
+    from tests.layers.test_triton_gemv_int4 import _tinygemm_layout
+
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_ON", True)
+    monkeypatch.setattr(quant_linear, "_INT4_GEMV_LAYOUT", layout)
+    lin = Int4Linear.from_linear(nn.Linear(k, n, bias=False), 32)
+    if not CPU:
+        lin = lin.to(DEV)
+        lin(torch.zeros(1, k, device=DEV, dtype=torch.bfloat16))
+    return _tinygemm_layout(lin)
 
 
 @here
