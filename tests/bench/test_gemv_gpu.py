@@ -121,6 +121,31 @@ def test_int4_layer_chain_swaps_one_products_layout(monkeypatch):
     assert letters == "tttt" * 2 + "rttt" * 2
 
 
+def test_int4_layer_chain_on_the_mma_layout_takes_its_variants_overrides(monkeypatch):
+    """--int4-layout mma: every product gets the tensor-core GEMV's weight, and a w4m_ variant's fields
+    reach each product's W4MmaConfig (kernels stubbed: one 8B-shaped layer)."""
+    import augury.layers.triton_gemv as tg
+    import augury.layers.triton_paged_decode as tpd
+    from augury.layers.triton_gemv_w4m import W4MmaConfig
+
+    seen = []
+
+    def product(x, w, cfg=None, **kw):
+        seen.append((w.dim(), cfg))
+        return torch.zeros(1, 28672 if w.shape[1] * 16 == 28672 else 4096, dtype=x.dtype)
+
+    monkeypatch.setattr(tg, "gemv", product)
+    monkeypatch.setattr(tg, "qkv_rope_kv", product)
+    monkeypatch.setattr(tpd, "paged_decode_attention", lambda q, *a, **kw: torch.zeros(q.shape, dtype=q.dtype))
+    monkeypatch.setattr(gemv_gpu, "time_calls", lambda fns, dev: [f() for f in fns] and 100.0)
+    monkeypatch.setattr(gemv_gpu, "_chain_weight", lambda N, K, dev, seed, int4: {
+        "w": torch.zeros((K // 256, N // 16, 512), dtype=torch.int32)})
+    row = gemv_gpu.bench_layer_chain(torch.device("cpu"), 4e12, layers=1, ctx=40, variants=["w4m_st3_all"],
+                                     int4="mma")
+    assert row["variants"]["w4m_st3_all"]["int4_mix"] == "mmmm"
+    assert len(seen) == 8 and all(d == 3 and isinstance(c, W4MmaConfig) and c.stages == 3 for d, c in seen)
+
+
 @pytest.mark.parametrize("spec", ["rrr", "rows,xrrr"])
 def test_bad_int4_layouts_are_refused(capsys, spec):
     with pytest.raises(SystemExit):
