@@ -354,7 +354,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     specs: every variant is timed once per spec (keyed "variant@spec"), each product on the same
     nibbles in the layout its letter names."""
     from augury.bench.kernels_gpu import _attention_case
-    from augury.layers import triton_gemv_w4, triton_gemv_w4r
+    from augury.layers import triton_gemv_w4, triton_gemv_w4m, triton_gemv_w4r
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
     from augury.layers.triton_paged_decode import paged_decode_attention
 
@@ -381,11 +381,9 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             if not over:
                 return None
             n, k = SHAPES[name][:2]
-            from augury.layers import triton_gemv_w4m
-
-            base = (triton_gemv_w4r.default_config(n, k) if letter == "r" else triton_gemv_w4m.default_config(n, k)
-                    if letter == "m" else triton_gemv_w4.default_config(n, k, 8))
-            return replace(base, **over)
+            base = {"r": lambda: triton_gemv_w4r.default_config(n, k), "m": lambda: triton_gemv_w4m.default_config(n, k),
+                    "t": lambda: triton_gemv_w4.default_config(n, k, 8)}[letter]
+            return replace(base(), **over)
         c = pdl.get("cfg", {}).get(name)
         if c is None:
             return None  # the product's default

@@ -218,13 +218,12 @@ _INT4_GEMV_ON = os.environ.get("AUGURY_INT4_GEMV", "0") == "1"
 # docs/benchmarks.md) or, with AUGURY_INT4_GEMV_LAYOUT=tinygemm, tinygemm's bytes in place
 # (`triton_gemv_w4`: no second copy of the nibbles, +100% of them with the row layout)
 # ... or the tensor-core GEMV's copy (`triton_gemv_w4m`, AUGURY_INT4_GEMV_LAYOUT=mma, the default since the
-# twenty-second session: the products on mma.sync, 8B B=1 on the H200 418.1 against 387.0 tok/s; shapes of
+# twenty-second session: the products on mma.sync, 8B B=1 on the H200 448.5 against 387.0 tok/s; shapes of
 # 16-row tiles and 256-column blocks at group 32, others take the row layout)
 _INT4_GEMV_LAYOUT = os.environ.get("AUGURY_INT4_GEMV_LAYOUT", "mma")
 if _INT4_GEMV_LAYOUT not in ("rows", "tinygemm", "mma"):
     raise ValueError(f"AUGURY_INT4_GEMV_LAYOUT={_INT4_GEMV_LAYOUT!r}: use rows (the GEMV's own copy), mma (the "
                      "tensor-core GEMV's copy) or tinygemm (tinygemm's bytes in place, no second copy)")
-
 
 
 @functools.lru_cache(maxsize=1)
@@ -499,12 +498,14 @@ class Int4Linear(nn.Module):
             from augury.layers import int4_layout, triton_gemv_w4m, triton_gemv_w4r
 
             szt = int4_layout.transpose_scales(self.scales_zeros)
-            if _INT4_GEMV_LAYOUT == "mma" and triton_gemv_w4m.supported(self._n_padded, self._k_padded, self.group_size):
-                self.gemv_packed, self.gemv_scales = triton_gemv_w4m.pack_from_tinygemm(self.packed, szt)
-            elif _INT4_GEMV_LAYOUT == "tinygemm":
+            if _INT4_GEMV_LAYOUT == "tinygemm":
                 self.gemv_packed, self.gemv_scales = None, szt
+            elif _INT4_GEMV_LAYOUT == "mma" and triton_gemv_w4m.supported(self._n_padded, self._k_padded,
+                                                                         self.group_size):
+                self.gemv_packed, self.gemv_scales = triton_gemv_w4m.pack_from_tinygemm(self.packed, szt)
             else:  # rows, or a shape the mma layout does not hold
-                self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(self.packed, szt, self.group_size)
+                self.gemv_packed, self.gemv_scales = triton_gemv_w4r.pack_from_tinygemm(self.packed, szt,
+                                                                                        self.group_size)
         else:
             self.gemv_packed = self.gemv_scales = None
         if self._native:

@@ -225,14 +225,14 @@ def _slice_sum(ws_ptr, N, rows, ok, NSPLIT: tl.constexpr, PAIRED: tl.constexpr =
 
 
 @triton.jit
-def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7, TOP: tl.constexpr = 10):
-    """(2^d, 2^-d) with max |x| 2^d in [2^(TOP-1), 2^TOP) over the eight tensors: em is max |x|'s
-    exponent field, kept where both factors are normal floats."""
+def _pow2_range(x0, x1, x2, x3, x4, x5, x6, x7):
+    """(2^d, 2^-d) with max |x| 2^d in [512, 1024) over the eight tensors: em is max |x|'s exponent
+    field, kept where both factors are normal floats."""
     m = tl.maximum(tl.maximum(tl.max(tl.abs(x0)), tl.max(tl.abs(x1))), tl.maximum(tl.max(tl.abs(x2)), tl.max(tl.abs(x3))))
     m = tl.maximum(m, tl.maximum(tl.maximum(tl.max(tl.abs(x4)), tl.max(tl.abs(x5))),
                                  tl.maximum(tl.max(tl.abs(x6)), tl.max(tl.abs(x7)))))
     em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 10), 254)
-    return ((253 + TOP - em) << 23).to(tl.float32, bitcast=True), ((em + 1 - TOP) << 23).to(tl.float32, bitcast=True)
+    return ((263 - em) << 23).to(tl.float32, bitcast=True), ((em - 9) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -19,7 +19,8 @@ Decode: or-ing a nibble pair into 1024.0's mantissas makes fp16 1024 + q (bits 0
 1024 + 16 q (bits 4-7, 20-23; x of those groups is fed divided by 16, exactly), so C carries the
 offset 1024 sum(x) (resp. 64 sum(x)) plus the q - 8 form's 8 sum(x): the accumulators start at minus
 that, computed by 16 mmas with A = 1.0 over the same fp16 inputs (`_MMA_ONES`), once per program.
-x is scaled by a power of two into fp16's range first (`_pow2_range`, exact, undone on the sums).
+x is scaled by a power of two into fp16's range first (per warp, by a butterfly max; exact, undone on
+the sums).
 
 Layout (`int4_layout.pack_mma`): int32 [K / 256, N / 16, 512], tiles of 16 rows x 256 columns in
 (block, row tile) order, a program's tiles contiguous; scales (`int4_layout.scales_mma`) int32
@@ -307,16 +308,10 @@ def _w4_mma_kernel(
     s_ptrs = sz_ptr + tile[:, None] * 128 + (lane * 4)[:, None] + jj[None, :]
     W_STEP: tl.constexpr = W * 512
     S_STEP: tl.constexpr = W * 128
-    w_ptrs0, s_ptrs0 = w_ptrs, s_ptrs
-    z4 = tl.zeros([T, 4], dtype=tl.int32)
-    p0, p1, p2, p3, sc = z4, z4, z4, z4, z4  # (STAGES > 1 loads every tile in its loop)
-    if STAGES == 1:
+    if STAGES == 1:  # the warp's first PF tiles in flight before the PDL wait (STAGES > 1 loads all in its loop)
         p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
-    q0, q1, q2, q3, sq = p0, p1, p2, p3, sc
-    if PF == 2 and STAGES == 1:  # the warp's second tile too
-        q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False)
-        w_ptrs += W_STEP
-        s_ptrs += S_STEP
+        if PF == 2:
+            q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
@@ -354,10 +349,11 @@ def _w4_mma_kernel(
     # 2t, 2t + 1): the accumulators start at -(1024 + 8) Y (lo groups) or -(1024 + 128) Y (hi: x / 16
     # against 1024 + 16 q), and the zero term is zero * X with X = Y (lo) or 16 Y (hi)
     zero4 = tl.zeros([T, 4], dtype=tl.float32)
-    y = _mma4(p0, b_a0, b_b0, zero4, W, True, ASM)
-    y = _mma4(p0, b_a1, b_b1, y, W, True, ASM)
-    y = _mma4(p0, b_a2, b_b2, y, W, True, ASM)
-    y = _mma4(p0, b_a3, b_b3, y, W, True, ASM)
+    dummy = p0 if STAGES == 1 else b_a0  # the ones-mma's unused words operand
+    y = _mma4(dummy, b_a0, b_b0, zero4, W, True, ASM)
+    y = _mma4(dummy, b_a1, b_b1, y, W, True, ASM)
+    y = _mma4(dummy, b_a2, b_b2, y, W, True, ASM)
+    y = _mma4(dummy, b_a3, b_b3, y, W, True, ASM)
     hi_grp = (t >= 2)[:, None]
     c_init = y * tl.where(hi_grp, -1152.0, -1032.0)
     xz = y * tl.where(hi_grp, 16.0, 1.0)
@@ -365,47 +361,52 @@ def _w4_mma_kernel(
     # workspace (its PAIRED order: a tile's rows 0, 8, 1, 9, ...)
     out = rt[:, None] * 16 + 2 * g[:, None] + tl.arange(0, 2)[None, :]
     first = (t == 0)[:, None]
-    junk = tl.zeros([T, 4], dtype=tl.int32)  # LOADS_ONLY: what keeps the loads alive
     ws_row = ws_ptr + pid_k * N
     keep = first if EVEN else first & (out < N)
+    junk = tl.zeros([T, 4], dtype=tl.int32)  # LOADS_ONLY: what keeps the loads alive
     if STAGES > 1:  # every tile loaded in its own iteration, STAGES - 1 ahead through shared memory (cp.async)
         for it in tl.range(0, TILES, num_stages=STAGES):
-            t0, t1, t2, t3, st = _load_tile(w_ptrs0 + it * W_STEP, s_ptrs0 + it * S_STEP, rt + it * W < NT, EVEN)
+            t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN)
             okt = first if EVEN else first & (out + it * 16 * W < N)
-            _tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                  ws_row, out + it * 16 * W, okt, W, ASM)
-    # the warp's next PF tiles in flight while one is used; the last PF peeled off the loop
-    for it in range(TILES - PF if STAGES == 1 else 0):
-        w_ptrs += W_STEP
-        s_ptrs += S_STEP
-        n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
+            if LOADS_ONLY:
+                junk = junk ^ t0 ^ t1 ^ t2 ^ t3 ^ st
+            else:
+                _tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                      ws_row, out + it * 16 * W, okt, W, ASM)
+    else:
+        if PF == 2:
+            w_ptrs += W_STEP
+            s_ptrs += S_STEP
+        # the warp's next PF tiles in flight while one is used; the last PF peeled off the loop
+        for it in range(TILES - PF):
+            w_ptrs += W_STEP
+            s_ptrs += S_STEP
+            n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
+            if LOADS_ONLY:
+                junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
+            else:
+                _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                      ws_row, out, keep, W, ASM)
+            if PF == 2:
+                p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
+                q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
+            else:
+                p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
+            out += 16 * W
+            keep = first if EVEN else first & (out < N)
         if LOADS_ONLY:
             junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
         else:
             _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
                   ws_row, out, keep, W, ASM)
         if PF == 2:
-            p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
-            q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
-        else:
-            p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
-        out += 16 * W
-        keep = first if EVEN else first & (out < N)
-    if STAGES > 1:
-        pass
-    elif LOADS_ONLY:
-        junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
-    else:
-        _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-              ws_row, out, keep, W, ASM)
-    if PF == 2 and STAGES == 1:
-        out += 16 * W
-        keep = first if EVEN else first & (out < N)
-        if LOADS_ONLY:
-            junk = junk ^ q0 ^ q1 ^ q2 ^ q3 ^ sq
-        else:
-            _tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                  ws_row, out, keep, W, ASM)
+            out += 16 * W
+            keep = first if EVEN else first & (out < N)
+            if LOADS_ONLY:
+                junk = junk ^ q0 ^ q1 ^ q2 ^ q3 ^ sq
+            else:
+                _tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
+                      ws_row, out, keep, W, ASM)
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
@@ -435,5 +436,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
-        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major, num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
+        num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )
