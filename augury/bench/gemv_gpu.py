@@ -230,6 +230,9 @@ LAYER_VARIANTS = {
                                            "attn_kw": {"num_splits": 16, "block_n": 64}},
     "attention_waits_stages4": _ON | {"attn": 3, "attn_kw": {"num_stages": 4}},
     "attention_waits_2warps": _ON | {"attn": 3, "attn_kw": {"num_warps": 2}},
+    # attention leaves its splits unmerged and o_proj merges them in its prologue (fused_decode's default:
+    # AUGURY_DEFER_MERGE); bf16 o_proj then runs the split-K GEMV (`triton_gemv_split`)
+    "defer_merge": _ON | {"attn": 3, "defer": True},
 }
 # per-product launch overrides on top of attention_waits: name -> {product: (block_n, block_k, num_warps)}
 # (none beat the defaults in the chain on the H200: docs/benchmarks.md, "Nineteenth session")
@@ -372,6 +375,10 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     g = torch.rand(4096, device=dev, dtype=dt) + 0.5
     h = torch.randn(1, 4096, device=dev, dtype=dt)
     o_fixed = torch.randn(1, H * D, device=dev, dtype=dt)
+    # the partials o_proj merges without attention before it (defer variants): the real ones of one step
+    parts_fixed = paged_decode_attention(torch.randn(1, 1, H, D, device=dev, dtype=dt), W[0]["kp"], W[0]["vp"],
+                                         gm.gather_slots, bias, D ** -0.5, defer_merge=True) \
+        if any(LAYER_VARIANTS[n].get("defer") for n in variants or LAYER_VARIANTS) else None
     cos, sin = torch.rand(D, device=dev, dtype=dt), torch.rand(D, device=dev, dtype=dt)
     stamps = [torch.zeros(1024, 5, dtype=torch.int64, device=dev) for _ in range(layers)] if probe else None
 
@@ -394,12 +401,19 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
         q = qkv_rope_kv(h, **wt["qkv"], norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=L["kp"], v_pool=L["vp"],
                         slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=pdl["qkv"],
                         early_weights=pdl["early"], cfg=cfg(pdl, "qkv", mix and mix[0]))
-        o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
-                                   pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
-                                   times=None if i is None else stamps[i]).reshape(1, H * D) \
-            if attn else o_fixed
-        hh = gemv(o, **wt["o_proj"], residual=h, pdl=pdl["o_proj"], early_weights=pdl["o_early"],
-                  cfg=cfg(pdl, "o_proj", mix and mix[1]))
+        defer = pdl.get("defer", False)
+        if attn:
+            o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
+                                       pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
+                                       times=None if i is None else stamps[i], defer_merge=defer)
+        else:
+            o = parts_fixed if defer else o_fixed
+        if defer:
+            hh = gemv(o[0], **wt["o_proj"], residual=h, merge_ml=o[1], pdl=pdl["o_proj"],
+                      cfg=cfg(pdl, "o_proj", mix and mix[1]))
+        else:
+            hh = gemv(o.reshape(1, H * D), **wt["o_proj"], residual=h, pdl=pdl["o_proj"],
+                      early_weights=pdl["o_early"], cfg=cfg(pdl, "o_proj", mix and mix[1]))
         gu = gemv(hh, **wt["gate_up"], norm_weight=g, eps=1e-5, pdl=pdl["gate_up"], early_weights=pdl["early"],
                   cfg=cfg(pdl, "gate_up", mix and mix[2]))
         gemv(gu, **wt["down"], silu_mul=True, residual=hh, pdl=pdl["down"], early_weights=pdl["early"],

@@ -31,6 +31,8 @@ from augury.layers.quant_linear import Int4Linear, gemv_kernels_ok
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
 _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K/V epilogue (A/B measurements)
+# attention leaves its split partials to o_proj's prologue (A/B measurements: 0 merges them in attention)
+_DEFER_MERGE_ON = os.environ.get("AUGURY_DEFER_MERGE", "1") != "0"
 
 
 def _on() -> bool:
@@ -112,6 +114,31 @@ def _rope_kv_fusable(attn: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_po
             and cos.dtype == h.dtype and sin.dtype == h.dtype)
 
 
+def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, v_pool):
+    """Attention of this one-token step as split partials for o_proj to merge (`triton_paged_decode.
+    attend_partials`; a plain o_proj then runs the split-K GEMV, `triton_gemv_split`), or None where o_proj
+    cannot merge them (the row and tinygemm int4 layouts, shapes the merging GEMVs do not take) or the
+    step does not fit the kernel."""
+    if not _DEFER_MERGE_ON:
+        return None
+    w = _weight(attn.o_proj, h.dtype)
+    D = attn.head_dim
+    if w.get("scales_zeros") is not None:
+        if w["w"].dim() != 3 or 256 % D:  # the tensor-core GEMV merges a 256-column block at a time
+            return None
+    else:
+        from augury.layers import triton_gemv_split
+
+        if not triton_gemv_split.supported(*w["w"].shape, D):
+            return None
+    from augury.layers.attention import _paged_kernel
+
+    kernels = _paged_kernel()
+    if kernels is None:
+        return None
+    return kernels.attend_partials(q, k_pool, v_pool, gmeta, attn.scale, attn.softcap)
+
+
 def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:
     """One pre-norm layer on h [1, hidden] -> [1, hidden]; `eligible(layer, h)` must hold."""
     from augury.layers.attention import attend_written
@@ -125,6 +152,11 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
         q = fused_qkv_rope_kv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps,
                               cos=rope[0], sin=rope[1], k_pool=k_pool, v_pool=v_pool, slot=gmeta.slot_mapping,
                               num_heads=H, num_kv_heads=attn.num_kv_heads)
+        parts = _partials(q.view(1, H, D), attn, h, gmeta, k_pool, v_pool)
+        if parts is not None:  # o_proj merges attention's splits in its prologue
+            h = fused_gemv(parts[0], **_weight(attn.o_proj, h.dtype), residual=h, merge_ml=parts[1])
+            gu = fused_gemv(h, **_weight(mlp.gate_up_proj, h.dtype), norm_weight=n2.weight, eps=n2.eps)
+            return fused_gemv(gu, **_weight(mlp.down_proj, h.dtype), silu_mul=True, residual=h)
         o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap).reshape(1, H * D)
     else:
         qkv = fused_gemv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps)

@@ -57,7 +57,9 @@ import triton.language as tl
 from augury.layers import launch_env
 from augury.layers.triton_pdl import pdl_enabled
 
-PRO_NONE, PRO_NORM, PRO_SILU_MUL = 0, 1, 2
+# PRO_MERGE: x is attention's output left as split partials (`triton_paged_decode`'s deferred merge,
+# `merge_ml`): the product's prologue merges them
+PRO_NONE, PRO_NORM, PRO_SILU_MUL, PRO_MERGE = 0, 1, 2, 3
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -224,13 +226,41 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 @triton.jit
 def _x_load(x_ptr, g_ptr, k, k_ok, K, PRO: tl.constexpr):
     """`_x_in`'s loads (x and the norm weight, gate and up, or x and 0), in their dtype: a kernel can
-    issue them before the norm's 1 / rms is known (and hold them in half the registers)."""
+    issue them before the norm's 1 / rms is known (and hold them in half the registers). PRO_MERGE's
+    input comes from `_x_merge` instead (then `_x_apply` rounds it)."""
     if PRO == 1:
         return tl.load(x_ptr + k, mask=k_ok, other=0.0), tl.load(g_ptr + k, mask=k_ok, other=0.0)
     elif PRO == 2:
         return tl.load(x_ptr + k, mask=k_ok, other=0.0), tl.load(x_ptr + K + k, mask=k_ok, other=0.0)
     else:
         return tl.load(x_ptr + k, mask=k_ok, other=0.0), 0.0
+
+
+@triton.jit
+def _x_merge(acc_ptr, ml_ptr, k0, K, BK: tl.constexpr, MS: tl.constexpr, MSP: tl.constexpr, MD: tl.constexpr):
+    """Attention's output at columns k0 .. k0 + BK ([BK] fp32, before its rounding to the activation
+    dtype; BK a multiple of the head width MD), merged here from the MS split partials its kernel left
+    (`triton_paged_decode.paged_decode_partials`): acc [MS, K] unnormalized, ml [2, MS, K / MD] each
+    split's row maximum and denominator per head. The form of the attention kernel's own merge
+    (`triton_splitkv.merge_partials`, every split at once, MSP = next_power_of_2(MS) of them): weights
+    exp(m - max) from the maxima, one sum over the splits. All loads are issued at once (one L2 round
+    trip) and bypass L1 (.cg): the partials come from the kernel before this one."""
+    NH: tl.constexpr = BK // MD
+    H = K // MD
+    s = tl.arange(0, MSP)
+    hh = tl.arange(0, NH)
+    d = tl.arange(0, MD)
+    s_ok = (s < MS)[:, None]
+    row = s[:, None] * H + k0 // MD + hh[None, :]  # [MSP, NH]
+    m = tl.load(ml_ptr + row, mask=s_ok, other=-1.0e30, cache_modifier=".cg")
+    den_s = tl.load(ml_ptr + MS * H + row, mask=s_ok, other=0.0, cache_modifier=".cg")
+    a = tl.load(acc_ptr + (s[:, None, None] * K + k0 + hh[None, :, None] * MD + d[None, None, :]),
+                mask=s_ok[:, :, None], other=0.0, cache_modifier=".cg")  # [MSP, NH, MD]
+    mx = tl.max(m, axis=0)
+    w = tl.exp(m - mx[None, :])  # a split with no visible key (or a padding one) weighs 0
+    den = tl.sum(w * den_s, axis=0)
+    num = tl.sum(w[:, :, None] * a, axis=0)
+    return tl.reshape(num / tl.maximum(den, 1.0e-30)[:, None], [BK])
 
 
 @triton.jit
@@ -243,6 +273,8 @@ def _x_apply(a, b, inv, PRO: tl.constexpr, dt: tl.constexpr):
     elif PRO == 2:
         act = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32)  # F.silu rounds to the dtype, then * up
         return (act * b.to(tl.float32)).to(dt).to(tl.float32)
+    elif PRO == 3:
+        return _rnd(a, dt)  # as attention stores its output in the activation dtype
     else:
         return a
 
@@ -404,32 +436,52 @@ def _weight(w: torch.Tensor, scales_zeros: torch.Tensor | None, group_size: int)
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
          silu_mul: bool = False, residual: torch.Tensor | None = None,
-         scales_zeros: torch.Tensor | None = None, group_size: int = 0,
+         scales_zeros: torch.Tensor | None = None, group_size: int = 0, merge_ml: torch.Tensor | None = None,
          cfg=None, pdl: bool | None = None, early_weights: bool = True) -> torch.Tensor:
     """x [1, K_in] -> [1, N] = W @ prologue(x) (+ residual).
 
     norm_weight: x is RMS-normalised over its K columns and scaled by norm_weight [K] first.
     silu_mul: x is [1, 2K] = [gate; up] and the product reads silu(gate) * up (K = w's columns).
+    merge_ml: x is attention's output left as S split partials, float32 [S, K] with their row maxima
+    and denominators merge_ml [2, S, H] (`triton_paged_decode.paged_decode_partials`); the prologue
+    merges them and rounds to the output's dtype (the residual's, else the weight's, int4: bf16) as
+    attention would have. Plain and mma-layout int4 weights only.
     residual: [1, N], added to the rounded product.
     scales_zeros / group_size: w is an int4 weight in tinygemm's layout (see `_weight`).
     cfg: a `GemvConfig`, or for int4 a `triton_gemv_w4.W4SplitConfig`.
     early_weights: under PDL, the first weight tile is loaded before waiting for the previous
     kernel (default); False waits first (benchmarks: in the H200 layer chain the early tiles
     save ~2.5 us a layer, `augury.bench.gemv_gpu`)."""
-    if norm_weight is not None and silu_mul:
-        raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
+    if (norm_weight is not None) + silu_mul + (merge_ml is not None) > 1:
+        raise ValueError("gemv: one prologue at a time (norm, silu_mul or merge_ml)")
     N, K, w4 = _weight(w, scales_zeros, group_size)
     if x.shape[-1] != (2 * K if silu_mul else K):
         raise ValueError(f"gemv: x has {x.shape[-1]} columns, weight [{N}, {K}] needs "
                          f"{2 * K if silu_mul else K}")
     x = x.contiguous()
-    y = torch.empty((1, N), dtype=x.dtype, device=x.device)
-    pro = PRO_NORM if norm_weight is not None else (PRO_SILU_MUL if silu_mul else PRO_NONE)
+    dtype = x.dtype
+    merge = {}
+    if merge_ml is not None:
+        dtype = residual.dtype if residual is not None else (torch.bfloat16 if w4 is not None else w.dtype)
+        merge = _merge_consts(x, merge_ml, K, w4)
+    y = torch.empty((1, N), dtype=dtype, device=x.device)
+    pro = PRO_NORM if norm_weight is not None else PRO_SILU_MUL if silu_mul else PRO_MERGE if merge else PRO_NONE
     r = residual.contiguous() if residual is not None else y
-    g = norm_weight.contiguous() if norm_weight is not None else x
+    g = norm_weight.contiguous() if norm_weight is not None else merge_ml.contiguous() if merge else x
     _launch(cfg, pdl, w4, (x, g, w, r, y, N, K, w.stride(0), float(eps), float(K), x, x, x, x, x, 0, 0, 0, 0, 0, 0),
-            early_weights=early_weights, PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1)
+            early_weights=early_weights, PRO=pro, RESIDUAL=residual is not None, ROPE_KV=False, HALF=1, **merge)
     return y
+
+
+def _merge_consts(x: torch.Tensor, ml: torch.Tensor, K: int, w4: dict | None) -> dict:
+    """The PRO_MERGE kernels' constants (MS splits, MD head width) for partials x [S, K] and ml [2, S, H]."""
+    if w4 is not None and w4["layout"] != "mma":
+        raise ValueError(f"gemv: merge_ml takes plain or mma-layout int4 weights, not the {w4['layout']} layout")
+    if x.dtype != torch.float32 or x.dim() != 2 or ml.dtype != torch.float32 or ml.dim() != 3 \
+            or ml.shape[:2] != (2, x.shape[0]) or K % ml.shape[2]:
+        raise ValueError(f"gemv: merge_ml needs float32 partials [S, {K}] and their float32 statistics [2, S, H] "
+                         f"with H dividing {K}, got {x.dtype} {tuple(x.shape)} and {ml.dtype} {tuple(ml.shape)}")
+    return {"MS": x.shape[0], "MD": K // ml.shape[2]}
 
 
 def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: bool = True, **consts) -> None:
@@ -449,7 +501,7 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
                 raise ValueError("gemv: mma-layout int4 weights take a triton_gemv_w4m.W4MmaConfig")
             triton_gemv_w4m.launch(x, g, w, w4["scales"], r, y, n, k, args[8], args[10:], pro=consts["PRO"],
                                    residual=consts["RESIDUAL"], rope_kv=consts["ROPE_KV"], half=consts["HALF"],
-                                   cfg=cfg, pdl=pdl)
+                                   cfg=cfg, pdl=pdl, merge=(consts.get("MS", 1), consts.get("MD", 1)))
             return
         if w4["layout"] == "rows":
             if cfg is not None and not isinstance(cfg, triton_gemv_w4r.W4RowsConfig):
@@ -466,6 +518,15 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
                               transposed=w4["transposed"])
         return
     n, k = args[5], args[6]
+    if consts["PRO"] == PRO_MERGE:  # each program merges only its K slice's partials: the split-K GEMV
+        from augury.layers.triton_gemv_split import SplitConfig, gemv_split
+
+        if cfg is not None and not isinstance(cfg, SplitConfig):
+            raise ValueError("gemv: a plain weight with merge_ml takes a triton_gemv_split.SplitConfig")
+        x, g, w, r, y = args[:5]
+        gemv_split(x, w, y, residual=r if consts["RESIDUAL"] else None, merge_ml=g,
+                   merge={"MS": consts["MS"], "MD": consts["MD"]}, cfg=cfg, pdl=pdl)
+        return
     cfg = cfg or default_config(n, k)
     if not isinstance(cfg, GemvConfig):
         raise ValueError("gemv: a plain weight takes a GemvConfig")
@@ -558,23 +619,28 @@ def fused_qkv_rope_kv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Te
 @torch.library.custom_op(
     "augury::gemv", mutates_args=(),
     schema="(Tensor x, Tensor w, Tensor? norm_weight, float eps, bool silu_mul, Tensor? residual, "
-           "Tensor? scales_zeros, int group_size) -> Tensor")
+           "Tensor? scales_zeros, int group_size, Tensor? merge_ml) -> Tensor")
 def gemv_op(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, silu_mul: bool,
-            residual: torch.Tensor | None, scales_zeros: torch.Tensor | None, group_size: int) -> torch.Tensor:
+            residual: torch.Tensor | None, scales_zeros: torch.Tensor | None, group_size: int,
+            merge_ml: torch.Tensor | None) -> torch.Tensor:
     return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                scales_zeros=scales_zeros, group_size=group_size)
+                scales_zeros=scales_zeros, group_size=group_size, merge_ml=merge_ml)
 
 
 @gemv_op.register_fake
-def _(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size):
-    return x.new_empty((1, _rows_of(w, scales_zeros)))
+def _(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size, merge_ml):
+    if merge_ml is None:
+        return x.new_empty((1, _rows_of(w, scales_zeros)))
+    dtype = residual.dtype if residual is not None else (torch.bfloat16 if scales_zeros is not None else w.dtype)
+    return x.new_empty((1, _rows_of(w, scales_zeros)), dtype=dtype)
 
 
 def fused_gemv(x: torch.Tensor, w: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
                eps: float = 1e-6, silu_mul: bool = False, residual: torch.Tensor | None = None,
-               scales_zeros: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
+               scales_zeros: torch.Tensor | None = None, group_size: int = 0,
+               merge_ml: torch.Tensor | None = None) -> torch.Tensor:
     """`gemv`, through the custom op while torch.compile traces."""
     if torch.compiler.is_compiling():
-        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size)
+        return gemv_op(x, w, norm_weight, eps, silu_mul, residual, scales_zeros, group_size, merge_ml)
     return gemv(x, w, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, residual=residual,
-                scales_zeros=scales_zeros, group_size=group_size)
+                scales_zeros=scales_zeros, group_size=group_size, merge_ml=merge_ml)

@@ -45,7 +45,7 @@ import triton.language as tl
 
 from augury.layers import launch_env
 from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
-from augury.layers.triton_gemv import _norm_inv, _x_apply, _x_load
+from augury.layers.triton_gemv import _norm_inv, _x_apply, _x_load, _x_merge
 from augury.layers.triton_gemv_w4 import _finish, _h2, _workspace, product_class, row_chunks
 
 
@@ -277,6 +277,13 @@ def _row_sums(r, W: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
+def _lane_cols(xm, cols, use, T: tl.constexpr):
+    """xm [256] at each lane's 8 columns cols [T, 8] (0 where the lane feeds no input)."""
+    v = tl.reshape(tl.gather(xm, tl.reshape(cols, [T * 8]), 0), [T, 8])
+    return tl.where(use, v, 0.0)
+
+
+@triton.jit
 def _w4_mma_kernel(
     x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
     N, K, NT, eps, norm_k,
@@ -285,6 +292,7 @@ def _w4_mma_kernel(
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
     LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
+    MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1,
 ):
     if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
         pid_k = tl.program_id(0)
@@ -323,10 +331,17 @@ def _w4_mma_kernel(
     col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
     use = is_a | is_b
     # the inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue
-    a0, e0 = _x_load(x_ptr, g_ptr, col0, use, K, PRO)
-    a1, e1 = _x_load(x_ptr, g_ptr, col0 + 8, use, K, PRO)
-    a2, e2 = _x_load(x_ptr, g_ptr, col0 + 16, use, K, PRO)
-    a3, e3 = _x_load(x_ptr, g_ptr, col0 + 24, use, K, PRO)
+    if PRO == 3:  # attention's split partials: the block's 256 columns merged at once, then each lane's
+        xm = _x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD)  # columns gathered (through shared memory)
+        a0, e0 = _lane_cols(xm, col0 - pid_k * 256, use, T), 0.0
+        a1, e1 = _lane_cols(xm, col0 + 8 - pid_k * 256, use, T), 0.0
+        a2, e2 = _lane_cols(xm, col0 + 16 - pid_k * 256, use, T), 0.0
+        a3, e3 = _lane_cols(xm, col0 + 24 - pid_k * 256, use, T), 0.0
+    else:
+        a0, e0 = _x_load(x_ptr, g_ptr, col0, use, K, PRO)
+        a1, e1 = _x_load(x_ptr, g_ptr, col0 + 8, use, K, PRO)
+        a2, e2 = _x_load(x_ptr, g_ptr, col0 + 16, use, K, PRO)
+        a3, e3 = _x_load(x_ptr, g_ptr, col0 + 24, use, K, PRO)
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
@@ -417,11 +432,14 @@ def _w4_mma_kernel(
 
 def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
            n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
-           cfg: W4MmaConfig | None, pdl: bool, loads_only: bool = False) -> None:
+           cfg: W4MmaConfig | None, pdl: bool, loads_only: bool = False, merge: tuple[int, int] = (1, 1)) -> None:
     """`_w4_mma_kernel` over (row chunks, 256-column blocks); arguments as `triton_gemv._launch` prepares
     them, w and sz as `pack` leaves them. loads_only: a probe of the kernel's memory stream alone (the same
-    loads, no products: its output is garbage; benchmarks only)."""
+    loads, no products: its output is garbage; benchmarks only). merge: (splits, head width) of PRO_MERGE's
+    partials (`triton_gemv.gemv(merge_ml=...)`)."""
     cfg = cfg or default_config(n, k)
+    if pro == 3 and 256 % merge[1]:
+        raise ValueError(f"gemv: the mma int4 GEMV merges heads whose width divides 256, got {merge[1]}")
     _, nb = row_chunks(n, cfg, rope_kv, half)
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
@@ -437,5 +455,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
-        num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

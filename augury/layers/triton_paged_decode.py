@@ -99,7 +99,7 @@ def _paged_decode_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH: tl.constexpr, PDL: tl.constexpr, TIMES: tl.constexpr = False,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr, TIMES: tl.constexpr = False, DEFER: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -175,7 +175,14 @@ def _paged_decode_kernel(
         stamp(t_ptr, 2, tl.sum(tl.sum(acc, axis=1), axis=0))  # and its p.v (its V tile)
     if PDL == 2:  # the key tiles are in: the next kernel may start during the merge
         tl.extra.cuda.gdc_launch_dependents()
-    if SPLIT:
+    if DEFER:  # B = 1, one query row a head: partials in the next product's input order (it merges them)
+        hs = sp * (HKV * REP) + head  # acc [S, H * D]; m, l [S, H]
+        tl.store(m_ptr + hs, m_i, mask=row_ok)
+        tl.store(l_ptr + hs, l_i, mask=row_ok)
+        tl.store(acc_ptr + hs[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
+        if TIMES:
+            stamp(t_ptr, 3, sp)  # the partial's stores are issued (the kernel's end follows)
+    elif SPLIT:
         part = (b * HKV + h) * num_splits + sp  # partials: [B, Hkv, S, M(, BD)]
         if ONE_LAUNCH:  # only the real rows: the merge below reads them back from L2
             tl.store(m_ptr + part * BLOCK_M + offs_m, m_i, mask=row_ok)
@@ -285,8 +292,11 @@ def paged_decode_attention(
     prefetch: bool | None = None,
     pdl_mode: int | None = None,
     times: torch.Tensor | None = None,
-) -> torch.Tensor:
+    defer_merge: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
+    defer_merge: B = 1 and max_q = 1 only; the splits' partials are left for the next product to
+    merge, returned as (acc float32 [S, H * D], ml float32 [2, S, H]): `paged_decode_partials`.
 
     one_launch: splits are merged by the last program of each (request, kv head) in the
     same launch, with the split choice made for that (default); False: the older split
@@ -317,11 +327,20 @@ def paged_decode_attention(
         block_n = cfg.block_n
     S, split_len = split_plan(max_kv, S, block_n)
     num_warps = num_warps or cfg.num_warps
-    out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=q.device)
-    acc, m, l = partials(out, Hkv, S, BLOCK_M, BLOCK_D)
-    # the arrival counters (persistent, zero between launches); none to be had inside a
-    # graph capture that needs more than exist -> a second merge kernel instead
-    counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
+    if defer_merge:
+        if B != 1 or max_q != 1:
+            raise ValueError(f"paged_decode_attention: defer_merge is for one query token of one request, got "
+                             f"B={B}, max_q={max_q}")
+        acc = torch.empty((S, H * D), dtype=torch.float32, device=q.device)
+        ml = torch.empty((2, S, H), dtype=torch.float32, device=q.device)
+        out, m, l = acc, ml[0], ml[1]
+        counters = None
+    else:
+        out = torch.empty((B, max_q, H, D), dtype=q.dtype, device=q.device)
+        acc, m, l = partials(out, Hkv, S, BLOCK_M, BLOCK_D)
+        # the arrival counters (persistent, zero between launches); none to be had inside a
+        # graph capture that needs more than exist -> a second merge kernel instead
+        counters = split_counters(q.device, B * Hkv) if one_launch and S > 1 else None
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
@@ -335,14 +354,16 @@ def paged_decode_attention(
         max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
-        bias.stride(0), bias.stride(2), bias.stride(3), out.stride(0), out.stride(1), out.stride(2),
+        bias.stride(0), bias.stride(2), bias.stride(3), *((0, 0, 0) if defer_merge else out.stride()[:3]),
         REP=rep, D=D, HKV=Hkv, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D,
         USE_SOFTCAP=softcap is not None, FP32=q.dtype == torch.float32, SPLIT=S > 1,
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
-        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None,
+        PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None, DEFER=defer_merge,
         num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
+    if defer_merge:
+        return acc, ml
     if S > 1 and not merged_here:
         merge_splits_kernel[(B, Hkv)](acc, m, l, out, S, max_q, out.stride(0), out.stride(1), out.stride(2),
                                 HKV=Hkv, REP=rep, D=D, BLOCK_M=BLOCK_M, BLOCK_D=BLOCK_D)
@@ -365,6 +386,54 @@ def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
 @paged_decode_op.register_fake
 def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap):
     return q.new_empty(q.shape)  # [B, max_q, H, D], contiguous, q's dtype (as the kernel writes it)
+
+
+def paged_decode_partials(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
+                          bias: torch.Tensor, scale: float, softcap: float | None = None,
+                          **launch) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of one request (q [1, 1, H, D]) without the splits' merge: (acc float32 [S, H * D], the
+    unnormalized sums of each split in the output's column order, ml float32 [2, S, H], each split's row
+    maximum and denominator per head). The next product merges them in its prologue
+    (`triton_gemv.gemv(acc, ..., merge_ml=ml)`), so the split programs end at their partial's store: no
+    arrival counter, no merge round trips, no output store (on the H200 the merge took ~2.6 us after the
+    last arrival, docs/benchmarks.md "Nineteenth session"). launch: `paged_decode_attention`'s overrides."""
+    return paged_decode_attention(q, k_pool, v_pool, gather_slots, bias, scale, softcap, defer_merge=True, **launch)
+
+
+def partial_splits(q_shape, k_pool: torch.Tensor, max_kv: int) -> int:
+    """The split count `paged_decode_partials` launches for q [1, 1, H, D] over max_kv keys (shapes only)."""
+    H, D = q_shape[-2], q_shape[-1]
+    Hkv = k_pool.shape[1]
+    BLOCK_M = max(16, triton.next_power_of_2(H // Hkv))
+    cfg, S = plan_launch(BLOCK_M, Hkv, max_kv, max(16, triton.next_power_of_2(D)), sm_count(k_pool.device))
+    return split_plan(max_kv, S, cfg.block_n)[0]
+
+
+@torch.library.custom_op(
+    "augury::paged_decode_partials", mutates_args=(),
+    schema="(Tensor q, Tensor k_pool, Tensor v_pool, Tensor gather_slots, Tensor bias, float scale, "
+           "float? softcap) -> (Tensor, Tensor)")
+def paged_decode_partials_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gather_slots: torch.Tensor,
+                             bias: torch.Tensor, scale: float, softcap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return paged_decode_partials(q, k_pool, v_pool, gather_slots, bias, scale, softcap)
+
+
+@paged_decode_partials_op.register_fake
+def _(q, k_pool, v_pool, gather_slots, bias, scale, softcap):
+    S, H, D = partial_splits(q.shape, k_pool, gather_slots.shape[1]), q.shape[-2], q.shape[-1]
+    return q.new_empty((S, H * D), dtype=torch.float32), q.new_empty((2, S, H), dtype=torch.float32)
+
+
+def attend_partials(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta, scale: float,
+                    softcap: float | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`paged_decode_partials` for a one-token, one-request step q [1, H, D] over plain pools that hold its
+    K/V, or None where the step does not fit it (the caller then attends as before)."""
+    if (gmeta.parts is not None or gmeta.q_index is not None or gmeta.out_index is not None
+            or gmeta.num_seqs != 1 or gmeta.max_q != 1 or q.shape[0] != 1 or not supported(q, k_pool, 1)):
+        return None
+    run = paged_decode_partials_op if torch.compiler.is_compiling() else paged_decode_partials
+    return run(q.view(1, 1, *q.shape[1:]), k_pool, v_pool, gmeta.gather_slots, gmeta.additive_mask(q.dtype),
+               scale, softcap)
 
 
 def attend_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta, scale: float,
