@@ -185,14 +185,13 @@ def _tiny_llama(dtype, hidden=64, inter=96):
     return m
 
 
-@here
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_layer_equals_the_modules(dtype):
-    """A one-token step of a tiny Llama with the fused layer path vs without, over a real paged pool."""
+def fused_layer_outputs(dtype, hidden=64, forces=(False, True)) -> dict:
+    """A one-token step of a tiny Llama (4 heads of hidden / 4, 2 KV heads) over a real paged pool after a
+    6-token prefill, with the fused layer path forced off / on: {force: logits}."""
     from augury.layers.attention import SeqSpec, build_attention_metadata
 
-    m = _tiny_llama(dtype)
-    bs, nl, hkv, d = 8, 2, 2, 16
+    m = _tiny_llama(dtype, hidden=hidden)
+    bs, nl, hkv, d = 8, 2, 2, hidden // 4
     pools = {"k": [torch.zeros(32, hkv, d, device=DEV, dtype=dtype) for _ in range(nl)],
              "v": [torch.zeros(32, hkv, d, device=DEV, dtype=dtype) for _ in range(nl)]}
 
@@ -204,17 +203,25 @@ def test_fused_layer_equals_the_modules(dtype):
     step = build_attention_metadata([SeqSpec(6, 1, {"full": [1, 2]})], bs, {"full": None}, DEV)
     tok = torch.tensor([31], device=DEV)
     outs = {}
-    for force in (False, True):
+    for force in forces:
         fused_decode.FORCE = force
         try:
             for p in pools["k"] + pools["v"]:
                 p.zero_()
             with torch.no_grad():
                 m(prompt, meta.positions, meta, View)  # prefill (never fused: 6 rows)
-                assert fused_decode.eligible(m.layers[0], torch.zeros(1, 64, device=DEV, dtype=dtype)) == force
+                assert fused_decode.eligible(m.layers[0], torch.zeros(1, hidden, device=DEV, dtype=dtype)) == force
                 outs[force] = m(tok, step.positions, step, View)
         finally:
             fused_decode.FORCE = None
+    return outs
+
+
+@here
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_layer_equals_the_modules(dtype):
+    """A one-token step of a tiny Llama with the fused layer path vs without, over a real paged pool."""
+    outs = fused_layer_outputs(dtype)
     _close(outs[True], outs[False], dtype)
 
 
