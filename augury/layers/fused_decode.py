@@ -119,7 +119,9 @@ def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, 
     attend_partials`; a plain o_proj then runs the split-K GEMV, `triton_gemv_split`), or None where o_proj
     cannot merge them (the row and tinygemm int4 layouts, shapes the merging GEMVs do not take) or the
     step does not fit the kernel."""
-    if not _DEFER_MERGE_ON:
+    if not _DEFER_MERGE_ON or (q.device.type != "cuda" and q.dtype == torch.bfloat16):
+        # off the GPU (tests under TRITON_INTERPRET=1) the interpreter's bf16 dots are wrong (numpy has no
+        # bf16), so bf16 steps there keep the CPU attention, as `attend_written` does for every dtype
         return None
     w = _weight(attn.o_proj, h.dtype)
     D = attn.head_dim
@@ -131,12 +133,9 @@ def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, 
 
         if not triton_gemv_split.supported(*w["w"].shape, D):
             return None
-    from augury.layers.attention import _paged_kernel
+    from augury.layers.triton_paged_decode import attend_partials  # triton is there: the fused path needs it
 
-    kernels = _paged_kernel()
-    if kernels is None:
-        return None
-    return kernels.attend_partials(q, k_pool, v_pool, gmeta, attn.scale, attn.softcap)
+    return attend_partials(q, k_pool, v_pool, gmeta, attn.scale, attn.softcap)
 
 
 def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) -> torch.Tensor:

@@ -225,14 +225,14 @@ def test_fused_layer_equals_the_modules(dtype):
     _close(outs[True], outs[False], dtype)
 
 
-def _tiny_step():
-    """A tiny fp32 Llama, its paged pools (block size 8, blocks 1 and 2), a 6-token prefill's and
-    a one-token step's metadata: (model, pools, view, prefill meta, step meta, step token)."""
+def tiny_step(hidden=64):
+    """A tiny fp32 Llama (4 heads of hidden / 4), its paged pools (block size 8, blocks 1 and 2), a 6-token
+    prefill's and a one-token step's metadata: (model, pools, view, prefill meta, step meta, step token)."""
     from augury.layers.attention import SeqSpec, build_attention_metadata
 
-    m = _tiny_llama(torch.float32)
-    pools = {"k": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)],
-             "v": [torch.zeros(32, 2, 16, device=DEV) for _ in range(2)]}
+    m = _tiny_llama(torch.float32, hidden=hidden)
+    pools = {"k": [torch.zeros(32, 2, hidden // 4, device=DEV) for _ in range(2)],
+             "v": [torch.zeros(32, 2, hidden // 4, device=DEV) for _ in range(2)]}
 
     class View:
         k, v, group_of_layer = pools["k"], pools["v"], ["full"] * 2
@@ -245,7 +245,7 @@ def _tiny_step():
 @here
 def test_compiled_step_calls_the_fused_op_and_equals_eager():
     """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
-    m, pools, View, pre, step, tok = _tiny_step()
+    m, pools, View, pre, step, tok = tiny_step()
     seen = []
 
     def backend(gm, example_inputs):
@@ -354,7 +354,7 @@ def test_rope_kv_epilogue_only_where_it_matches_the_old_path():
 def test_pool_writes_survive_functionalization():
     """Under torch.compile the op mutates the pools (auto-functionalized): the compiled step
     leaves the same pools as the eager one."""
-    m, pools, View, pre, step, tok = _tiny_step()
+    m, pools, View, pre, step, tok = tiny_step()
     fused_decode.FORCE = True
     try:
         with torch.no_grad():
