@@ -234,6 +234,11 @@ LAYER_VARIANTS = {
     # AUGURY_DEFER_MERGE); bf16 o_proj then runs the split-K GEMV (`triton_gemv_split`)
     "defer_merge": _ON | {"attn": 3, "defer": True},
 }
+# the split-K GEMV's launch under the deferred merge (bf16 o_proj: triton_gemv_split.SplitConfig fields)
+_SPLIT_CFGS = {"r64": {"rows_per_program": 64}, "r256": {"rows_per_program": 256}, "w8": {"num_warps": 8},
+               "bn8": {"block_n": 8}, "bn32": {"block_n": 32}, "w2": {"num_warps": 2}}
+LAYER_VARIANTS.update({f"defer_split_{k}": _ON | {"attn": 3, "defer": True, "split_cfg": v}
+                       for k, v in _SPLIT_CFGS.items()})
 # per-product launch overrides on top of attention_waits: name -> {product: (block_n, block_k, num_warps)}
 # (none beat the defaults in the chain on the H200: docs/benchmarks.md, "Nineteenth session")
 _CFGS = {
@@ -391,6 +396,10 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
             base = {"r": lambda: triton_gemv_w4r.default_config(n, k), "m": lambda: triton_gemv_w4m.default_config(n, k),
                     "t": lambda: triton_gemv_w4.default_config(n, k, 8)}[letter]
             return replace(base(), **over)
+        if name == "o_proj" and pdl.get("split_cfg"):
+            from augury.layers.triton_gemv_split import SplitConfig
+
+            return SplitConfig(**pdl["split_cfg"])
         c = pdl.get("cfg", {}).get(name)
         if c is None:
             return None  # the product's default
