@@ -242,10 +242,10 @@ def tiny_step(hidden=64):
     return m, pools, View, pre, step, torch.tensor([31], device=DEV)
 
 
-@here
-def test_compiled_step_calls_the_fused_op_and_equals_eager():
-    """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
-    m, pools, View, pre, step, tok = tiny_step()
+def compiled_tiny_step(hidden=64) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """`tiny_step`'s one-token step with the fused path forced on, eager and under torch.compile
+    (fullgraph): (the compiled graph's call targets, compiled logits, eager logits)."""
+    m, pools, View, pre, step, tok = tiny_step(hidden)
     seen = []
 
     def backend(gm, example_inputs):
@@ -262,6 +262,13 @@ def test_compiled_step_calls_the_fused_op_and_equals_eager():
     finally:
         fused_decode.FORCE = None
         torch._dynamo.reset()
+    return seen, got, want
+
+
+@here
+def test_compiled_step_calls_the_fused_op_and_equals_eager():
+    """Under torch.compile (fullgraph) each layer's four products are `augury::gemv` nodes."""
+    seen, got, want = compiled_tiny_step()
     assert sum("augury.gemv" in s for s in seen) == 6  # 2 layers x 3 products ...
     assert sum("augury.qkv_rope_kv" in s for s in seen) == 2  # ... + qkv with rope and the K/V write
     assert sum("augury.rms_norm_row" in s for s in seen) == 1  # the final norm: eager's kernel, eager's bits

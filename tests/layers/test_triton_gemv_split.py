@@ -152,25 +152,9 @@ def test_fused_layer_defers_the_merge_where_o_proj_takes_it(monkeypatch):
 def test_compiled_step_defers_the_merge_through_the_ops():
     """Under torch.compile (fullgraph) a deferred layer is augury::paged_decode_partials + augury::gemv with
     the partials, and the compiled step equals the eager one bitwise."""
-    from tests.layers.test_triton_gemv import tiny_step
+    from tests.layers.test_triton_gemv import compiled_tiny_step
 
-    m, pools, View, pre, step, tok = tiny_step(hidden=256)
-    seen = []
-
-    def backend(gm, example_inputs):
-        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    fused_decode.FORCE = True
-    try:
-        with torch.no_grad():
-            m(torch.tensor([5, 17, 3, 40, 22, 9], device=DEV), pre.positions, pre, View)
-            want = m(tok, step.positions, step, View)
-            torch._dynamo.reset()
-            got = torch.compile(m, fullgraph=True, backend=backend)(tok, step.positions, step, View)
-    finally:
-        fused_decode.FORCE = None
-        torch._dynamo.reset()
+    seen, got, want = compiled_tiny_step(hidden=256)
     assert sum("augury.paged_decode_partials" in s for s in seen) == 2
     assert sum("augury.gemv" in s for s in seen) == 6
     torch.testing.assert_close(got, want, atol=0, rtol=0)
