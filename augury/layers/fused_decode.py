@@ -31,8 +31,10 @@ from augury.layers.quant_linear import Int4Linear, gemv_kernels_ok
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
 _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K/V epilogue (A/B measurements)
-# attention leaves its split partials to o_proj's prologue (A/B measurements: 0 merges them in attention)
-_DEFER_MERGE_ON = os.environ.get("AUGURY_DEFER_MERGE", "1") != "0"
+# attention leaves its split partials to o_proj's prologue: opt-in (=1). On the H200 (docs/benchmarks.md,
+# twenty-third session) it took attention from 8.0 to 4.1 us a layer, but the split-K bf16 o_proj it needs
+# ran 6.8 us slower than the row kernel: 247.4 against 252.5 tok/s end to end
+_DEFER_MERGE_ON = os.environ.get("AUGURY_DEFER_MERGE", "0") == "1"
 
 
 def _on() -> bool:
@@ -125,9 +127,8 @@ def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, 
         return None
     w = _weight(attn.o_proj, h.dtype)
     D = attn.head_dim
-    if w.get("scales_zeros") is not None:
-        if w["w"].dim() != 3 or 256 % D:  # the tensor-core GEMV merges a 256-column block at a time
-            return None
+    if w.get("scales_zeros") is not None:  # int4: compiled, the tensor-core GEMV's merge is not right yet
+        return None
     else:
         from augury.layers import triton_gemv_split
 
