@@ -263,6 +263,19 @@ def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_
 
 
 @triton.jit
+def _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out,
+              keep, junk, W: tl.constexpr, ASM: tl.constexpr, LOADS_ONLY: tl.constexpr):
+    """One loaded tile into the workspace (`_tile`), or with LOADS_ONLY (the memory-stream probe) only XORed
+    into `junk`, which keeps its loads alive; -> junk."""
+    if LOADS_ONLY:
+        junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
+    else:
+        _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out,
+              keep, W, ASM)
+    return junk
+
+
+@triton.jit
 def _row_sums(r, W: tl.constexpr, ASM: tl.constexpr):
     """[T, 4] (row, group) entries -> each lane's rows g (entries 0, 1) and g + 8 (2, 3) summed over
     the row's 8 entries (its two, then the 4 lanes t of its g: butterfly shuffles in registers)."""
@@ -383,11 +396,8 @@ def _w4_mma_kernel(
         for it in tl.range(0, TILES, num_stages=STAGES):
             t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN)
             okt = first if EVEN else first & (out + it * 16 * W < N)
-            if LOADS_ONLY:
-                junk = junk ^ t0 ^ t1 ^ t2 ^ t3 ^ st
-            else:
-                _tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                      ws_row, out + it * 16 * W, okt, W, ASM)
+            junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM,
+                             LOADS_ONLY)
     else:
         if PF == 2:
             w_ptrs += W_STEP
@@ -397,11 +407,8 @@ def _w4_mma_kernel(
             w_ptrs += W_STEP
             s_ptrs += S_STEP
             n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
-            if LOADS_ONLY:
-                junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
-            else:
-                _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                      ws_row, out, keep, W, ASM)
+            junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
+                             LOADS_ONLY)
             if PF == 2:
                 p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
                 q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
@@ -409,19 +416,13 @@ def _w4_mma_kernel(
                 p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
             out += 16 * W
             keep = first if EVEN else first & (out < N)
-        if LOADS_ONLY:
-            junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
-        else:
-            _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                  ws_row, out, keep, W, ASM)
+        junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
+                         LOADS_ONLY)
         if PF == 2:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
-            if LOADS_ONLY:
-                junk = junk ^ q0 ^ q1 ^ q2 ^ q3 ^ sq
-            else:
-                _tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
-                      ws_row, out, keep, W, ASM)
+            junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
+                             LOADS_ONLY)
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
