@@ -233,6 +233,9 @@ LAYER_VARIANTS = {
     # attention leaves its splits unmerged and o_proj merges them in its prologue (fused_decode's default:
     # AUGURY_DEFER_MERGE); bf16 o_proj then runs the split-K GEMV (`triton_gemv_split`)
     "defer_merge": _ON | {"attn": 3, "defer": True},
+    # attention without its L2 hints for the first key tiles before the PDL wait (AUGURY_ATTN_L2_PREFETCH=0)
+    "attention_waits_no_l2": _ON | {"attn": 3, "attn_kw": {"l2_tiles": 0}},
+    "defer_merge_no_l2": _ON | {"attn": 3, "defer": True, "attn_kw": {"l2_tiles": 0}},
 }
 # the split-K GEMV's launch under the deferred merge (bf16 o_proj: triton_gemv_split.SplitConfig fields)
 _SPLIT_CFGS = {"r64": {"rows_per_program": 64}, "r256": {"rows_per_program": 256}, "w8": {"num_warps": 8},

@@ -39,7 +39,7 @@ import triton.language as tl
 from augury.layers.triton_splitkv import (  # noqa: F401 (num_splits_for: re-exported for the benchmarks)
     arrive_last, merge_chunk, merge_partials, merge_splits_kernel, num_splits_for, partials, release_counter,
     sm_count, split_counters, split_plan, splits_for_sms)
-from augury.layers.triton_pdl import pdl_enabled
+from augury.layers.triton_pdl import pdl_enabled, prefetch_l2
 from augury.layers.triton_probe import stamp
 
 # Programmatic dependent launch (PDL) around attention. AUGURY_ATTN_PDL picks where attention
@@ -67,6 +67,9 @@ def pdl_mode_from(value: str | None) -> int:
 
 
 _PDL_MODE = pdl_mode_from(os.environ.get("AUGURY_ATTN_PDL"))
+# the small-batch launches' L2 prefetch of the first key tiles before the PDL wait (`LaunchConfig.l2_tiles`);
+# =0: off (A/B measurements)
+_L2_PREFETCH_ON = os.environ.get("AUGURY_ATTN_L2_PREFETCH", "1") != "0"
 MAX_QUERY_ROWS = 64  # max_q * (H / Hkv) per program; wider steps (prefill) take the eager path
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -93,13 +96,14 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
     acc_ptr, m_ptr, l_ptr, cnt_ptr, t_ptr,
-    max_q, max_kv, split_len, num_splits, sm_scale, softcap,
+    max_q, max_kv, split_len, num_splits, sm_scale, softcap, n_slots,
     s_qb, s_qj, s_qh, s_kslot, s_kh, s_vslot, s_vh, s_gb, s_bb, s_bj, s_bn, s_ob, s_oj, s_oh,
     REP: tl.constexpr, D: tl.constexpr, HKV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, FP32: tl.constexpr, SPLIT: tl.constexpr,
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     PREFETCH: tl.constexpr, PDL: tl.constexpr, TIMES: tl.constexpr = False, DEFER: tl.constexpr = False,
+    L2_TILES: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -115,6 +119,19 @@ def _paged_decode_kernel(
     hi = tl.minimum(lo + split_len, max_kv)
     k_base = k_ptr + h * s_kh + offs_d[None, :]
     v_base = v_ptr + h * s_vh + offs_d[None, :]
+    if L2_TILES > 0:
+        # before the wait: the L2 fetches this split's first key tiles (K and V, one hint per 128-byte line),
+        # so after it their loads find them there instead of starting a DRAM round trip behind the kernel
+        # before. A hint holds no registers and cannot read stale data: the L2 is where every write lands
+        # (this step's new K/V row included), and the loads that use the rows all come after the wait.
+        # The slots are read before the wait too (clamped: a prefetch must not leave the pool)
+        offs_l = tl.minimum(tl.arange(0, LINES) * LINE, D - 1)
+        for t in tl.static_range(L2_TILES):
+            n_t = lo + t * BLOCK_N + offs_n
+            sl = tl.load(gather_ptr + b * s_gb + n_t, mask=n_t < hi, other=0)
+            sl = tl.minimum(tl.maximum(sl, 0), n_slots - 1).to(tl.int64)[:, None]
+            prefetch_l2(k_ptr + h * s_kh + sl * s_kslot + offs_l[None, :])
+            prefetch_l2(v_ptr + h * s_vh + sl * s_vslot + offs_l[None, :])
     if PDL > 0:  # may start while the kernel before it runs (q and this step's K/V row come from it)
         tl.extra.cuda.gdc_wait()
     if PDL == 1:
@@ -227,6 +244,7 @@ class LaunchConfig:
     waves: float  # split the context until the grid covers the GPU this many times over
     min_tiles: int = 2  # ... but keep at least this many key tiles per split
     prefetch: bool = False  # load each tile's gather slots one tile ahead
+    l2_tiles: int = 0  # key tiles of each split the L2 is asked to fetch before the PDL wait (CUDA only)
 
 
 def launch_config(rows: int, batch_kv_heads: int, d: int, device: torch.device,
@@ -251,7 +269,7 @@ def _launch_config(rows: int, batch_kv_heads: int, d: int, sms: int, one_launch:
     if rows > 16:  # wide verify windows (16 rows x 4 heads swept at B = 1: 128-key tiles, one wave)
         return LaunchConfig(128, 4, 3, 1.0) if batch_kv_heads <= 16 else LaunchConfig(64, 4, 3, 2.0)
     if batch_kv_heads <= 16:
-        cfg = LaunchConfig(128, 4, 3, 1.0, min_tiles=1 if one_launch else 2, prefetch=one_launch)
+        cfg = LaunchConfig(128, 4, 3, 1.0, min_tiles=1 if one_launch else 2, prefetch=one_launch, l2_tiles=1)
     elif batch_kv_heads < 2 * sms:
         cfg = LaunchConfig(64, 2, 3, 2.0, prefetch=True) if one_launch else LaunchConfig(64, 4, 3, 2.0)
     else:
@@ -290,6 +308,7 @@ def paged_decode_attention(
     num_stages: int | None = None,
     one_launch: bool = True,
     prefetch: bool | None = None,
+    l2_tiles: int | None = None,
     pdl_mode: int | None = None,
     times: torch.Tensor | None = None,
     defer_merge: bool = False,
@@ -301,7 +320,8 @@ def paged_decode_attention(
     one_launch: splits are merged by the last program of each (request, kv head) in the
     same launch, with the split choice made for that (default); False: the older split
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
-    num_warps / num_stages / prefetch override the choice (tests, sweeps); pdl_mode: a value of
+    num_warps / num_stages / prefetch / l2_tiles override the choice (tests, sweeps; l2_tiles is 0 off
+    CUDA: the interpreter has no inline PTX); pdl_mode: a value of
     `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); times: a contiguous int64 CUDA tensor
     of at least [programs, 5] for the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
@@ -344,6 +364,9 @@ def paged_decode_attention(
     merged_here = counters is not None
     rows = triton.next_power_of_2(max_q * rep)
     pdl = (_PDL_MODE if pdl_mode is None else pdl_mode) if pdl_enabled(q.device) else 0
+    l2 = (cfg.l2_tiles if l2_tiles is None else l2_tiles) if q.device.type == "cuda" and _L2_PREFETCH_ON else 0
+    line = 128 // max(k_pool.element_size(), v_pool.element_size())  # pool elements in a 128-byte line
+    lines = triton.next_power_of_2(-(-D // line))
     if times is not None and (times.dtype != torch.int64 or not times.is_contiguous() or times.device != q.device
                               or q.device.type != "cuda" or times.numel() < B * Hkv * S * 5):
         raise ValueError(f"paged_decode_attention: times must be a contiguous int64 tensor of >= {B * Hkv * S * 5} "
@@ -351,7 +374,7 @@ def paged_decode_attention(
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         times if times is not None else out,
-        max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0),
+        max_q, max_kv, split_len, S, float(scale), float(softcap or 1.0), k_pool.shape[0],
         q.stride(0), q.stride(1), q.stride(2), k_pool.stride(0), k_pool.stride(1),
         v_pool.stride(0), v_pool.stride(1), gather_slots.stride(0),
         bias.stride(0), bias.stride(2), bias.stride(3), *((0, 0, 0) if defer_merge else out.stride()[:3]),
@@ -360,7 +383,7 @@ def paged_decode_attention(
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
         PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None, DEFER=defer_merge,
-        num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+        L2_TILES=l2, LINES=lines, LINE=line, num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if defer_merge:
         return acc, ml

@@ -13,6 +13,7 @@ import functools
 import os
 
 import torch
+import triton
 import triton.language as tl
 
 
@@ -23,3 +24,13 @@ def pdl_enabled(device: torch.device) -> bool:
     return (device.type == "cuda" and torch.version.hip is None
             and os.environ.get("AUGURY_GEMV_PDL", "1") != "0" and os.environ.get("TRITON_INTERPRET") != "1"
             and hasattr(tl.extra.cuda, "gdc_wait") and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Ask the L2 to fetch the lines at these addresses (evict-last, so the weight stream of the kernel
+    still running does not push them out before they are used), without waiting for them or holding
+    registers: the work a kernel can do before its `gdc_wait` for rows no earlier kernel of the step
+    writes. A hint only: it changes no result. CUDA only (inline PTX: not under the interpreter)."""
+    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)

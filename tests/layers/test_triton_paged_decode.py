@@ -390,13 +390,14 @@ def test_split_choice_is_pure_and_keeps_the_batch_64_grid():
     # B = 1: 1k keys -> 9 single-tile splits (the two-launch choice: 4 splits of two tiles)
     cfg, S = plan_launch(rows, Hkv, 1024, d, sms)
     assert (cfg.block_n, cfg.num_warps, S) == (128, 4, 8) and cfg.min_tiles == 1
+    assert cfg.l2_tiles == 1  # few programs, latency-bound: the first tile is asked of the L2 before the wait
     assert plan_launch(rows, Hkv, 1025, d, sms)[1] == 9  # a decode step at 1k context reads 1025 keys
     for max_kv in (4097, 8193):
         cfg, S = plan_launch(rows, Hkv, max_kv, d, sms)
         assert cfg.block_n == 128 and S == 17 and sms <= Hkv * S <= 2 * sms  # one wave
         assert plan_launch(rows, Hkv, max_kv, d, sms) == (cfg, S)  # same shapes, same grid
     # the two-launch choice is unchanged: 128-key tiles, at least 2 tiles a split
-    assert plan_launch(rows, Hkv, 1024, d, sms, one_launch=False) == (LaunchConfig(128, 4, 3, 1.0), 4)
+    assert plan_launch(rows, Hkv, 1024, d, sms, one_launch=False) == (LaunchConfig(128, 4, 3, 1.0, l2_tiles=1), 4)
     assert plan_launch(rows, 4 * Hkv, 4097, d, sms, one_launch=False) == (LaunchConfig(64, 4, 3, 2.0), 9)
     # B = 4: the same 9 splits of 64-key tiles, at 2 warps with the slots prefetched
     assert plan_launch(rows, 4 * Hkv, 4097, d, sms) == (LaunchConfig(64, 2, 3, 2.0, prefetch=True), 9)
@@ -461,6 +462,52 @@ def test_capture_without_counters_merges_with_a_second_kernel():
     assert key not in sk._COUNTERS  # nothing was allocated inside the capture
     graph.replay()
     torch.testing.assert_close(got.float(), _reference(q, kp, vp, gm, D ** -0.5, None), atol=2e-2, rtol=2e-2)
+
+
+@cuda_only
+def test_l2_prefetch_before_the_wait_changes_no_result():
+    """The L2 hints (`l2_tiles`: the first key tiles before the PDL wait) right after the qkv product that
+    writes this token's K/V row (`qkv_rope_kv`, PDL): every count equals the plain launch on the finished
+    pools bitwise, eagerly and replayed in a CUDA graph, with padded keys repeating the written slot."""
+    from dataclasses import replace
+
+    from augury.layers.triton_gemv import qkv_rope_kv
+
+    H, Hkv, D, pad = 32, 8, 128, 211
+    _, kp, vp, gm = _case([(300, 1)], H=H, Hkv=Hkv, D=D, num_blocks=48, dtype=torch.bfloat16)
+    gather = torch.cat([gm.gather_slots, gm.gather_slots[:, -1:].expand(-1, pad)], dim=1)
+    mask = torch.cat([gm.mask, torch.zeros(*gm.mask.shape[:-1], pad, dtype=torch.bool, device=DEV)], -1)
+    gm = replace(gm, gather_slots=gather, mask=mask, max_kv=gm.max_kv + pad, _bias={})
+    bias = gm.additive_mask(torch.bfloat16)
+    w = torch.randn((H + 2 * Hkv) * D, 4096, device=DEV, dtype=torch.bfloat16) * 0.02
+    g = torch.rand(4096, device=DEV, dtype=torch.bfloat16) + 0.5
+    cos, sin = torch.rand(D, device=DEV, dtype=torch.bfloat16), torch.rand(D, device=DEV, dtype=torch.bfloat16)
+    x = torch.randn(1, 4096, device=DEV, dtype=torch.bfloat16)
+
+    def step(**kw):
+        q = qkv_rope_kv(x, w, norm_weight=g, eps=1e-5, cos=cos, sin=sin, k_pool=kp, v_pool=vp,
+                        slot=gm.slot_mapping, num_heads=H, num_kv_heads=Hkv, pdl=True)
+        return q, paged_decode_attention(q.view(1, 1, H, D), kp, vp, gm.gather_slots, bias, D ** -0.5, **kw)
+
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up: compiles, and makes the counters outside the capture
+        with torch.cuda.graph(graph):
+            gq, gout = step()
+    torch.cuda.current_stream().wait_stream(side)
+    for i, kw in enumerate([{}, {"l2_tiles": 2}, {"num_splits": 3, "l2_tiles": 3}, None, None]):
+        x.copy_(torch.randn(1, 4096, device=DEV, dtype=torch.bfloat16, generator=torch.Generator(DEV).manual_seed(i)))
+        if kw is None:
+            graph.replay()
+            q, got = gq, gout
+        else:
+            q, got = step(**kw)
+        torch.cuda.synchronize()
+        want = paged_decode_attention(q.view(1, 1, H, D).clone(), kp, vp, gm.gather_slots, bias, D ** -0.5,
+                                      pdl_mode=0, l2_tiles=0, **{k: v for k, v in (kw or {}).items() if k != "l2_tiles"})
+        assert torch.equal(got, want), f"call {i}: {kw}"
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
