@@ -34,7 +34,10 @@ _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K
 # attention leaves its split partials to o_proj's prologue: opt-in (=1). On the H200 (docs/benchmarks.md,
 # twenty-third session) it took attention from 8.0 to 4.1 us a layer, but the split-K bf16 o_proj it needs
 # ran 6.8 us slower than the row kernel: 247.4 against 252.5 tok/s end to end
-_DEFER_MERGE_ON = os.environ.get("AUGURY_DEFER_MERGE", "0") == "1"
+# =int4: only where o_proj is an int4 (tensor-core layout) product, which splits K anyway
+_DEFER_MERGE = os.environ.get("AUGURY_DEFER_MERGE", "0")
+if _DEFER_MERGE not in ("0", "1", "int4"):
+    raise ValueError(f"AUGURY_DEFER_MERGE={_DEFER_MERGE!r}: use 0, 1 or int4")
 
 
 def _on() -> bool:
@@ -121,15 +124,19 @@ def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, 
     attend_partials`; a plain o_proj then runs the split-K GEMV, `triton_gemv_split`), or None where o_proj
     cannot merge them (the row and tinygemm int4 layouts, shapes the merging GEMVs do not take) or the
     step does not fit the kernel."""
-    if not _DEFER_MERGE_ON or (q.device.type != "cuda" and q.dtype == torch.bfloat16):
+    if _DEFER_MERGE == "0" or (q.device.type != "cuda" and q.dtype == torch.bfloat16):
         # off the GPU (tests under TRITON_INTERPRET=1) the interpreter's bf16 dots are wrong (numpy has no
         # bf16), so bf16 steps there keep the CPU attention, as `attend_written` does for every dtype
         return None
     w = _weight(attn.o_proj, h.dtype)
     D = attn.head_dim
-    if w.get("scales_zeros") is not None:  # int4: compiled, the tensor-core GEMV's merge is not right yet
-        return None
+    if w.get("scales_zeros") is not None:  # int4: the tensor-core GEMV's tiles merge their 256-column block
+        wt = w["w"]
+        if not (wt.dim() == 3 and wt.shape[2] == 512 and 256 % D == 0):
+            return None
     else:
+        if _DEFER_MERGE == "int4":
+            return None
         from augury.layers import triton_gemv_split
 
         if not triton_gemv_split.supported(*w["w"].shape, D):

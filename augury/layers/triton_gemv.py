@@ -235,7 +235,8 @@ def _x_in(x_ptr, g_ptr, k, k_ok, K, inv, PRO: tl.constexpr, dt: tl.constexpr):
 def _x_load(x_ptr, g_ptr, k, k_ok, K, PRO: tl.constexpr):
     """`_x_in`'s loads (x and the norm weight, gate and up, or x and 0), in their dtype: a kernel can
     issue them before the norm's 1 / rms is known (and hold them in half the registers). PRO_MERGE's
-    input comes from `_x_merge` instead (then `_x_apply` rounds it)."""
+    input comes from `_x_merge` instead (then `_x_apply` rounds it; the tensor-core int4 GEMV loads it
+    back from a scratch row, as a plain x)."""
     if PRO == 1:
         return tl.load(x_ptr + k, mask=k_ok, other=0.0), tl.load(g_ptr + k, mask=k_ok, other=0.0)
     elif PRO == 2:
@@ -485,11 +486,6 @@ def _merge_consts(x: torch.Tensor, ml: torch.Tensor, K: int, w4: dict | None) ->
     """The PRO_MERGE kernels' constants (MS splits, MD head width) for partials x [S, K] and ml [2, S, H]."""
     if w4 is not None and w4["layout"] != "mma":
         raise ValueError(f"gemv: merge_ml takes plain or mma-layout int4 weights, not the {w4['layout']} layout")
-    if w4 is not None and x.device.type == "cuda":
-        # compiled on the H200 the mma GEMV's merge (its block's gather to the lanes) was 5.6% off at the 8B
-        # shapes while the interpreter matches bitwise: refused until that is found (docs/benchmarks.md)
-        raise ValueError("gemv: merge_ml with mma-layout int4 weights runs under the interpreter only (blocked on "
-                         "the GPU: a compiled mismatch)")
     if x.dtype != torch.float32 or x.dim() != 2 or ml.dtype != torch.float32 or ml.dim() != 3 \
             or ml.shape[:2] != (2, x.shape[0]) or K % ml.shape[2]:
         raise ValueError(f"gemv: merge_ml needs float32 partials [S, {K}] and their float32 statistics [2, S, H] "

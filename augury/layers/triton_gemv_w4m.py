@@ -45,7 +45,7 @@ import triton.language as tl
 
 from augury.layers import launch_env
 from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
-from augury.layers.triton_gemv import _norm_inv, _x_apply, _x_load, _x_merge
+from augury.layers.triton_gemv import _norm_inv, _rnd, _x_apply, _x_load, _x_merge
 from augury.layers.triton_gemv_w4 import _finish, _h2, _workspace, product_class, row_chunks
 
 
@@ -290,15 +290,8 @@ def _row_sums(r, W: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def _lane_cols(xm, cols, use, T: tl.constexpr):
-    """xm [256] at each lane's 8 columns cols [T, 8] (0 where the lane feeds no input)."""
-    v = tl.reshape(tl.gather(xm, tl.reshape(cols, [T * 8]), 0), [T, 8])
-    return tl.where(use, v, 0.0)
-
-
-@triton.jit
 def _w4_mma_kernel(
-    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr,
+    x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, xs_ptr,
     N, K, NT, eps, norm_k,
     cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
@@ -344,17 +337,22 @@ def _w4_mma_kernel(
     col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
     use = is_a | is_b
     # the inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue
-    if PRO == 3:  # attention's split partials: the block's 256 columns merged at once, then each lane's
-        xm = _x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD)  # columns gathered (through shared memory)
-        a0, e0 = _lane_cols(xm, col0 - pid_k * 256, use, T), 0.0
-        a1, e1 = _lane_cols(xm, col0 + 8 - pid_k * 256, use, T), 0.0
-        a2, e2 = _lane_cols(xm, col0 + 16 - pid_k * 256, use, T), 0.0
-        a3, e3 = _lane_cols(xm, col0 + 24 - pid_k * 256, use, T), 0.0
-    else:
-        a0, e0 = _x_load(x_ptr, g_ptr, col0, use, K, PRO)
-        a1, e1 = _x_load(x_ptr, g_ptr, col0 + 8, use, K, PRO)
-        a2, e2 = _x_load(x_ptr, g_ptr, col0 + 16, use, K, PRO)
-        a3, e3 = _x_load(x_ptr, g_ptr, col0 + 24, use, K, PRO)
+    src = x_ptr
+    if PRO == 3:
+        # attention's split partials: the block's 256 columns merged at once into this program's scratch row,
+        # rounded to the activation dtype as attention stores its output, then every lane loads its own
+        # columns from it as from a plain x. The operands must come from 16-byte loads of this shape: the
+        # warp shuffles (`_warp_max`) and the mma need thread i to hold row i of every [T, 8] operand, the
+        # layout Triton gives such loads. A gather's result (or fp32 rows, 32 bytes) got another layout, and
+        # compiled on the H200 the product was 5.6% off while the interpreter matched
+        xs = xs_ptr + (pid_n * NSPLIT + pid_k) * 256
+        tl.store(xs + tl.arange(0, 256), _rnd(_x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD), dt).to(dt))
+        tl.debug_barrier()  # the row is stored: visible to every thread of the program
+        src = xs - pid_k * 256
+    a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
+    a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
+    a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
+    a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
@@ -450,9 +448,11 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
+    # PRO_MERGE: a 256-column row a program for its merged input, in the activation dtype
+    xs = torch.empty(grid[0] * grid[1] * MMA_COLS, dtype=y.dtype, device=x.device) if pro == 3 else ws
     compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
     _w4_mma_kernel[(grid[1], grid[0]) if cfg.k_major else grid](
-        x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
+        x, g, w, sz, r, y, ws, cnt, xs, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,

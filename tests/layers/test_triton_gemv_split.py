@@ -83,7 +83,6 @@ def test_split_k_gemv_on_bf16_weights_with_ragged_rows(cfg):
 
 
 @here
-@pytest.mark.skipif(not CPU, reason="refused compiled: a mismatch on the H200 not found yet")
 def test_tensor_core_int4_gemv_merges_the_partials():
     from tests.layers.test_triton_gemv_w4m import M, _int4
 
@@ -136,18 +135,22 @@ def test_fused_layer_defers_the_merge_where_o_proj_takes_it(monkeypatch):
     with attention merging them (AUGURY_DEFER_MERGE=0); the deferred path is taken once a layer."""
     from tests.layers.test_triton_gemv import fused_layer_outputs
 
-    monkeypatch.setattr(fused_decode, "_DEFER_MERGE_ON", True)
+    monkeypatch.setattr(fused_decode, "_DEFER_MERGE", "1")
     calls = []
     real = fused_decode._partials
     monkeypatch.setattr(fused_decode, "_partials", lambda *a: calls.append(r := real(*a)) or r)
     outs = fused_layer_outputs(torch.float32, hidden=256)
     assert len(calls) == 2 and all(c is not None for c in calls)
     torch.testing.assert_close(outs[True], outs[False], atol=1e-4, rtol=1e-4)
-    monkeypatch.setattr(fused_decode, "_DEFER_MERGE_ON", False)
+    monkeypatch.setattr(fused_decode, "_DEFER_MERGE", "0")
     calls.clear()
     merged = fused_layer_outputs(torch.float32, hidden=256, forces=(True,))
     assert calls == [None, None]
     torch.testing.assert_close(outs[True], merged[True], atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(fused_decode, "_DEFER_MERGE", "int4")  # plain weights keep attention's own merge
+    calls.clear()
+    fused_layer_outputs(torch.float32, hidden=256, forces=(True,))
+    assert calls == [None, None]
 
 
 @here
@@ -156,7 +159,7 @@ def test_compiled_step_defers_the_merge_through_the_ops(monkeypatch):
     the partials, and the compiled step equals the eager one bitwise."""
     from tests.layers.test_triton_gemv import compiled_tiny_step
 
-    monkeypatch.setattr(fused_decode, "_DEFER_MERGE_ON", True)
+    monkeypatch.setattr(fused_decode, "_DEFER_MERGE", "1")
     seen, got, want = compiled_tiny_step(hidden=256)
     assert sum("augury.paged_decode_partials" in s for s in seen) == 2
     assert sum("augury.gemv" in s for s in seen) == 6
@@ -177,7 +180,7 @@ def test_8b_shapes_in_a_cuda_graph():
     q = torch.randn(1, 1, H, D, device=DEV, dtype=torch.bfloat16)
     h = torch.randn(1, 4096, device=DEV, dtype=torch.bfloat16)
     o = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5).reshape(1, H * D)
-    for layout in (None,):  # int4 (mma) with merge_ml is refused on the GPU
+    for layout in (None, "mma"):
         wt = _chain_weight(4096, 4096, DEV, 1, layout)
         want = gemv(o, **wt, residual=h)
         g = torch.cuda.CUDAGraph()
