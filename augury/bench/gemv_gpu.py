@@ -240,8 +240,7 @@ LAYER_VARIANTS = {
 # the split-K GEMV's launch under the deferred merge (bf16 o_proj: triton_gemv_split.SplitConfig fields)
 _SPLIT_CFGS = {"r64": {"rows_per_program": 64}, "r256": {"rows_per_program": 256}, "w8": {"num_warps": 8},
                "bn8": {"block_n": 8}, "bn32": {"block_n": 32}, "w2": {"num_warps": 2},
-               "bn32_w2": {"block_n": 32, "num_warps": 2}, "bn64": {"block_n": 64},
-               "l2": {"l2": True}, "bn32_l2": {"block_n": 32, "l2": True}}
+               "bn32_w2": {"block_n": 32, "num_warps": 2}, "bn64": {"block_n": 64}}
 LAYER_VARIANTS.update({f"defer_split_{k}": _ON | {"attn": 3, "defer": True, "split_cfg": v}
                        for k, v in _SPLIT_CFGS.items()})
 # per-product launch overrides on top of attention_waits: name -> {product: (block_n, block_k, num_warps)}
@@ -259,10 +258,6 @@ LAYER_VARIANTS.update({f"cfg_{k}": _ON | {"attn": 3, "cfg": v} for k, v in _CFGS
 # the next kernel launched late (after a program's weight stream, not at its PDL wait): every product, or one
 _LATE = ("qkv", "o_proj", "gate_up", "down")
 LAYER_VARIANTS["late_all"] = _ON | {"attn": 3, "cfg": {p: {"late_launch": True} for p in _LATE}}
-# weight tiles past the first asked of the L2 before each product's PDL wait (GemvConfig.l2_tiles): every
-# product (l2w_N) or one (l2w_PRODUCT: 2 tiles)
-LAYER_VARIANTS.update({f"l2w_{n}": _ON | {"attn": 3, "cfg": {p: {"l2_tiles": n} for p in _LATE}} for n in (1, 2, 3)})
-LAYER_VARIANTS.update({f"l2w_{p}": _ON | {"attn": 3, "cfg": {p: {"l2_tiles": 2}}} for p in _LATE})
 LAYER_VARIANTS.update({f"late_{p}": _ON | {"attn": 3, "cfg": {p: {"late_launch": True}}} for p in _LATE})
 # int4 row-layout overrides (W4RowsConfig fields; products on tinygemm's bytes keep their defaults)
 _W4_CFGS = {

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from augury.layers import launch_env
-from augury.layers.triton_pdl import pdl_enabled, prefetch_l2
+from augury.layers.triton_pdl import pdl_enabled
 
 # PRO_MERGE: x is attention's output left as split partials (`triton_paged_decode`'s deferred merge,
 # `merge_ml`): the product's prologue merges them
@@ -72,9 +72,6 @@ class GemvConfig:
     # under PDL, let the next kernel launch once this program's weight stream is done instead of right
     # after its wait (its programs then take no multiprocessor slots while this grid still streams)
     late_launch: bool = False
-    # under PDL, the L2 is asked before the wait for this many weight tiles past the first (held in no
-    # register: `triton_pdl.prefetch_l2`), so the DRAM keeps streaming while the kernel before drains
-    l2_tiles: int = 0
 
 
 def product_class(n: int, k: int) -> str:
@@ -157,7 +154,6 @@ def _gemv_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
     VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True, LATE_LAUNCH: tl.constexpr = False,
-    L2_TILES: tl.constexpr = 0, LINE: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -184,10 +180,6 @@ def _gemv_kernel(
         w = tl.load(w_rows + offs_k[None, :])
     else:
         w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
-    if L2_TILES > 0:  # the next tiles' lines (one hint each: LINE elements, 128 bytes) asked of the L2 too
-        offs_l = tl.arange(0, BLOCK_K // LINE) * LINE
-        for t in tl.static_range(1, L2_TILES + 1):
-            prefetch_l2(w_rows + tl.minimum(t * BLOCK_K + offs_l, K - 1)[None, :])
     if PDL and EARLY_W:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
     if PDL and not LATE_LAUNCH:
@@ -543,8 +535,6 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
         EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k), LATE_LAUNCH=cfg.late_launch,
-        L2_TILES=cfg.l2_tiles if pdl and early_weights and args[2].is_cuda else 0,
-        LINE=min(cfg.block_k, 128 // args[2].element_size()),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

@@ -22,7 +22,6 @@ import triton.language as tl
 
 from augury.layers.triton_gemv import PRO_MERGE, PRO_NONE, _rnd, _x_in, _x_merge
 from augury.layers.triton_gemv_w4 import _finish, _workspace
-from augury.layers.triton_pdl import prefetch_l2
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,6 @@ class SplitConfig:
     block_n: int = 16  # rows a loop step
     block_k: int = 256  # columns a program (its K slice)
     num_warps: int = 4
-    l2: bool = False  # under PDL, ask the L2 for the program's other rows before the wait (`prefetch_l2`)
 
 
 def supported(n: int, k: int, head_dim: int, cfg: SplitConfig | None = None) -> bool:
@@ -45,7 +43,6 @@ def _gemv_split_kernel(
     x_ptr, g_ptr, w_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, N, K, s_wn,
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NB: tl.constexpr,
     NSPLIT: tl.constexpr, PDL: tl.constexpr, MS: tl.constexpr, MSP: tl.constexpr, MD: tl.constexpr,
-    L2: tl.constexpr = False, LINE: tl.constexpr = 64,
 ):
     pid_k = tl.program_id(0)  # K-major: a chunk's slices launch together
     pid_n = tl.program_id(1)
@@ -55,9 +52,6 @@ def _gemv_split_kernel(
     k = pid_k * BK + tl.arange(0, BK)
     w_ptrs = w_ptr + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * s_wn + k[None, :]
     w = tl.load(w_ptrs)  # depends on no earlier kernel: in flight before the PDL wait
-    if L2:  # the chunk's other rows, one hint per 128-byte line
-        r_all = tl.minimum(row0 + BN + tl.arange(0, NB), tl.minimum(row0 + NB, N) - 1)  # past the chunk: its last
-        prefetch_l2(w_ptr + r_all[:, None].to(tl.int64) * s_wn + (pid_k * BK + tl.arange(0, BK // LINE) * LINE)[None, :])
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, the workspace and the counters belong to the previous kernel until here
         tl.extra.cuda.gdc_launch_dependents()
@@ -96,6 +90,5 @@ def gemv_split(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, *, residual: t
         N, K, w.stride(0), PRO=PRO_MERGE if merge_ml is not None else PRO_NONE, RESIDUAL=residual is not None,
         BN=cfg.block_n, BK=cfg.block_k, NB=cfg.rows_per_program, NSPLIT=grid[0], PDL=pdl, MS=ms,
         MSP=triton.next_power_of_2(ms), MD=merge.get("MD", cfg.block_k),
-        L2=cfg.l2 and pdl and w.is_cuda, LINE=min(cfg.block_k, 128 // w.element_size()),
         num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )

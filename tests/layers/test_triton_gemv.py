@@ -427,32 +427,6 @@ def test_weights_before_or_after_the_wait_on_cuda(early, late):
 
 
 @cuda_only
-@pytest.mark.parametrize("l2_tiles", [1, 3])
-def test_l2_hints_before_the_wait_change_no_result(l2_tiles):
-    """`GemvConfig.l2_tiles` (the next weight tiles asked of the L2 before the PDL wait, the last clamped to
-    the row's end) at the qkv-with-norm and down-with-SiLU shapes, right after a PDL product that writes
-    the input: bitwise the launch without hints on the finished input."""
-    from dataclasses import replace
-
-    from augury.layers.triton_gemv import default_config
-    from augury.layers.triton_pdl import pdl_enabled
-
-    if not pdl_enabled(DEV):
-        pytest.skip("no programmatic dependent launch on this device")
-    w0 = _rand(4096, 1024, seed=26, dtype=torch.bfloat16, scale=0.05)
-    for n, k, kw in ((6144, 4096, {"norm_weight": _rand(4096, seed=27, dtype=torch.bfloat16)}),
-                     (4096, 14336, {"silu_mul": True})):
-        w = _rand(n, k, seed=28, dtype=torch.bfloat16, scale=0.02)
-        w0 = _rand(k * (2 if kw.get("silu_mul") else 1), 1024, seed=29, dtype=torch.bfloat16, scale=0.05)
-        cfg = replace(default_config(n, k), l2_tiles=l2_tiles)
-        for i in range(3):
-            x = gemv(_rand(1, 1024, seed=40 + i, dtype=torch.bfloat16), w0, pdl=True)
-            got = gemv(x, w, pdl=True, cfg=cfg, **kw)
-            torch.cuda.synchronize()
-            assert torch.equal(got, gemv(x.clone(), w, pdl=False, **kw)), (n, k, i)
-
-
-@cuda_only
 def test_replays_in_a_cuda_graph():
     x, w = _rand(1, 4096, seed=12, dtype=torch.bfloat16), _rand(6144, 4096, seed=13, dtype=torch.bfloat16)
     nw = _rand(4096, seed=14, dtype=torch.bfloat16)
