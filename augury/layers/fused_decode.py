@@ -31,10 +31,10 @@ from augury.layers.quant_linear import Int4Linear, gemv_kernels_ok
 FORCE: bool | None = None  # None: CUDA only, unless AUGURY_FUSED_DECODE=0; True/False: tests
 _ENV_ON = os.environ.get("AUGURY_FUSED_DECODE", "1") != "0"  # read once: compiled graphs see a constant
 _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K/V epilogue (A/B measurements)
-# attention leaves its split partials to o_proj's prologue: opt-in (=1). On the H200 (docs/benchmarks.md,
-# twenty-third session) it took attention from 8.0 to 4.1 us a layer, but the split-K bf16 o_proj it needs
-# ran 6.8 us slower than the row kernel: 247.4 against 252.5 tok/s end to end
-# =int4: only where o_proj is an int4 (tensor-core layout) product, which splits K anyway
+# attention leaves its split partials to o_proj's prologue: opt-in (=1; =int4: only where o_proj is an int4
+# tensor-core product, which splits K anyway). On the H200 (docs/benchmarks.md, twenty-third and twenty-fourth
+# sessions) it takes 3.9-4.1 us a layer out of attention, but the merge in front of every o_proj program costs
+# more: bf16 (split-K o_proj) 247.4 against 252.5 tok/s end to end, int4 431.8 against 446.8
 _DEFER_MERGE = os.environ.get("AUGURY_DEFER_MERGE", "0")
 if _DEFER_MERGE not in ("0", "1", "int4"):
     raise ValueError(f"AUGURY_DEFER_MERGE={_DEFER_MERGE!r}: use 0, 1 or int4")
