@@ -437,6 +437,13 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     loads, no products: its output is garbage; benchmarks only). merge: (splits, head width) of PRO_MERGE's
     partials (`triton_gemv.gemv(merge_ml=...)`)."""
     cfg = cfg or default_config(n, k)
+    # the lanes' [T, 8] input loads must be 16-byte vectors, which Triton emits only for 16-byte aligned
+    # pointers: that is what gives thread i row i of every operand, as the warp shuffles and the mma need
+    # (unaligned, the loads spread a row over 8 threads and the products come out wrong). A view that
+    # starts off a 16-byte boundary is copied
+    if pro != 3:
+        x = x if x.data_ptr() % 16 == 0 else x.clone()
+        g = g if g.data_ptr() % 16 == 0 else g.clone()
     if pro == 3 and 256 % merge[1]:
         raise ValueError(f"gemv: the mma int4 GEMV merges heads whose width divides 256, got {merge[1]}")
     _, nb = row_chunks(n, cfg, rope_kv, half)
