@@ -130,9 +130,8 @@ def _partials(q: torch.Tensor, attn: nn.Module, h: torch.Tensor, gmeta, k_pool, 
         return None
     w = _weight(attn.o_proj, h.dtype)
     D = attn.head_dim
-    if w.get("scales_zeros") is not None:  # int4: the tensor-core GEMV's tiles merge their 256-column block
-        wt = w["w"]
-        if not (wt.dim() == 3 and wt.shape[2] == 512 and 256 % D == 0):
+    if w.get("scales_zeros") is not None:
+        if w["w"].dim() != 3 or 256 % D:  # the tensor-core GEMV (3-d tiles) merges 256-column blocks
             return None
     else:
         if _DEFER_MERGE == "int4":

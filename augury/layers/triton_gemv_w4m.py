@@ -394,8 +394,8 @@ def _w4_mma_kernel(
         for it in tl.range(0, TILES, num_stages=STAGES):
             t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN)
             okt = first if EVEN else first & (out + it * 16 * W < N)
-            junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM,
-                             LOADS_ONLY)
+            junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                             c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM, LOADS_ONLY)
     else:
         if PF == 2:
             w_ptrs += W_STEP
@@ -405,8 +405,8 @@ def _w4_mma_kernel(
             w_ptrs += W_STEP
             s_ptrs += S_STEP
             n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
-            junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
-                             LOADS_ONLY)
+            junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
             if PF == 2:
                 p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
                 q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
@@ -414,13 +414,13 @@ def _w4_mma_kernel(
                 p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
             out += 16 * W
             keep = first if EVEN else first & (out < N)
-        junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
-                         LOADS_ONLY)
+        junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                         c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
         if PF == 2:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
-            junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep, junk, W, ASM,
-                             LOADS_ONLY)
+            junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
@@ -463,5 +463,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
-        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1,
+        **({"launch_pdl": True} if pdl else {}),
     )

@@ -383,7 +383,8 @@ def paged_decode_attention(
         ONE_LAUNCH=merged_here, MERGE_ROWS=rows, MERGE_SPLITS=triton.next_power_of_2(S) if merged_here else 1,
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
         PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None, DEFER=defer_merge,
-        L2_TILES=l2, LINES=lines, LINE=line, num_warps=num_warps, num_stages=num_stages or cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+        L2_TILES=l2, LINES=lines, LINE=line, num_warps=num_warps, num_stages=num_stages or cfg.num_stages,
+        **({"launch_pdl": True} if pdl else {}),
     )
     if defer_merge:
         return acc, ml
