@@ -305,6 +305,15 @@ _W4M_CFGS = {
     **{f"st3_{p}": {p: {"stages": 3}} for p in _LATE},
     # a row chunk's K slices launched together (its last program's sums and epilogue all along the launch)
     "km_all": {p: {"k_major": True} for p in _LATE}, **{f"km_{p}": {p: {"k_major": True}} for p in _LATE},
+    # three or four tiles in flight per warp (fewer programs resident, more bytes in flight on each SM);
+    # qkv and o_proj with more rows a program, so their warps have the tiles to keep that many in flight
+    **{f"pf{n}_{p}": {p: {"prefetch": n}} for n in (3, 4) for p in ("gate_up", "down")},
+    "pf3_all": {p: {"prefetch": 3} for p in _LATE}, "pf4_all": {p: {"prefetch": 4} for p in _LATE},
+    "pf4_q256": {"qkv": {"rows_per_program": 256, "prefetch": 4}},
+    "pf4_o256": {"o_proj": {"rows_per_program": 256, "prefetch": 4}},
+    "pf4_g1024": {"gate_up": {"rows_per_program": 1024, "prefetch": 4}},
+    "pf4_big": {"gate_up": {"prefetch": 4}, "down": {"prefetch": 4}, "qkv": {"rows_per_program": 256, "prefetch": 4},
+                "o_proj": {"rows_per_program": 256, "prefetch": 4}},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

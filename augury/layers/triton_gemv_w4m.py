@@ -54,7 +54,7 @@ class W4MmaConfig:
     rows_per_program: int = 512  # NB: a multiple of 16 x num_warps (each warp takes NB / 16 / W row tiles)
     num_warps: int = 4
     late_launch: bool = False  # under PDL, the next kernel launches after this program's row tiles, not at its wait
-    prefetch: int = 1  # tiles each warp keeps in flight while it uses one (1 or 2)
+    prefetch: int = 1  # tiles each warp keeps in flight while it uses one (1 to 4)
     stages: int = 1  # > 1: the loop's loads also pipelined that deep through shared memory (Triton's cp.async)
     k_major: bool = False  # launch order: a row chunk's K slices adjacent (else a K slice's chunks)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
@@ -324,8 +324,12 @@ def _w4_mma_kernel(
     S_STEP: tl.constexpr = W * 128
     if STAGES == 1:  # the warp's first PF tiles in flight before the PDL wait (STAGES > 1 loads all in its loop)
         p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
-        if PF == 2:
+        if PF >= 2:
             q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False)
+        if PF >= 3:
+            u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, rt + 2 * W < NT, False)
+        if PF >= 4:
+            h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, rt + 3 * W < NT, False)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
@@ -397,29 +401,48 @@ def _w4_mma_kernel(
             junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM, LOADS_ONLY)
     else:
-        if PF == 2:
-            w_ptrs += W_STEP
-            s_ptrs += S_STEP
-        # the warp's next PF tiles in flight while one is used; the last PF peeled off the loop
+        w_ptrs += (PF - 1) * W_STEP
+        s_ptrs += (PF - 1) * S_STEP
+        # the warp's next PF tiles in flight while one is used (a rotation p <- q <- u <- h <- new); the
+        # last PF peeled off the loop
         for it in range(TILES - PF):
             w_ptrs += W_STEP
             s_ptrs += S_STEP
             n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
             junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
-            if PF == 2:
+            if PF == 1:
+                p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
+            elif PF == 2:
                 p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
                 q0, q1, q2, q3, sq = n0, n1, n2, n3, scn
+            elif PF == 3:
+                p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
+                q0, q1, q2, q3, sq = u0, u1, u2, u3, su
+                u0, u1, u2, u3, su = n0, n1, n2, n3, scn
             else:
-                p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
+                p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
+                q0, q1, q2, q3, sq = u0, u1, u2, u3, su
+                u0, u1, u2, u3, su = h0, h1, h2, h3, sh
+                h0, h1, h2, h3, sh = n0, n1, n2, n3, scn
             out += 16 * W
             keep = first if EVEN else first & (out < N)
         junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                          c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
-        if PF == 2:
+        if PF >= 2:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
             junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
+        if PF >= 3:
+            out += 16 * W
+            keep = first if EVEN else first & (out < N)
+            junk = _use_tile(u0, u1, u2, u3, su, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
+        if PF >= 4:
+            out += 16 * W
+            keep = first if EVEN else first & (out < N)
+            junk = _use_tile(h0, h1, h2, h3, sh, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
@@ -450,8 +473,8 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
                          f"{nb} rows for {cfg}")
-    if cfg.prefetch not in (1, 2):
-        raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 or 2 tiles, got {cfg}")
+    if cfg.prefetch not in (1, 2, 3, 4):
+        raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 to 4 tiles, got {cfg}")
     pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
