@@ -312,12 +312,8 @@ _W4M_CFGS = {
     "pf4_q256": {"qkv": {"rows_per_program": 256, "prefetch": 4}},
     "pf4_o256": {"o_proj": {"rows_per_program": 256, "prefetch": 4}},
     "pf4_g1024": {"gate_up": {"rows_per_program": 1024, "prefetch": 4}},
-    # a tile's 16 mmas as 2 or 4 independent accumulator chains (a shorter dependent chain per tile)
-    **{f"ch{n}_all": {p: {"chains": n} for p in _LATE} for n in (2, 4)},
-    **{f"ch{n}_{p}": {p: {"chains": n}} for n in (2, 4) for p in ("gate_up", "down")},
-    # one warp a program, a quarter of the rows (4x the programs: finer balance, a warp's own prologue)
-    "w1_all": {"qkv": {"num_warps": 1, "rows_per_program": 64}, "o_proj": {"num_warps": 1, "rows_per_program": 32},
-               "gate_up": {"num_warps": 1, "rows_per_program": 128}, "down": {"num_warps": 1, "rows_per_program": 128}},
+    # gate_up's 28,672 rows in 32 chunks of 896 (512 programs: one wave at four a multiprocessor) or 64 of 448
+    "g896": {"gate_up": {"rows_per_program": 896}}, "g448": {"gate_up": {"rows_per_program": 448}},
     "pf4_big": {"gate_up": {"prefetch": 4}, "down": {"prefetch": 4}, "qkv": {"rows_per_program": 256, "prefetch": 4},
                 "o_proj": {"rows_per_program": 256, "prefetch": 4}},
 }

@@ -254,12 +254,14 @@ def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, 
                 _rope_kv_epilogue(_rnd(acc, dt).to(dt), head, j0, cos_ptr, sin_ptr, y_ptr, kp_ptr, vp_ptr,
                                   slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF=HALF, P=PP)
     else:
-        rr = row0 + tl.arange(0, NB)
-        ok = rr < N
-        y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, PAIRED), dt).to(dt)
-        if RESIDUAL:
-            y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
-        tl.store(y_ptr + rr, y, mask=ok)
+        EP: tl.constexpr = NB & -NB  # rows at a time: NB itself, or its largest power-of-two divisor
+        for piece in tl.static_range(NB // EP):
+            rr = row0 + piece * EP + tl.arange(0, EP)
+            ok = rr < N
+            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, PAIRED), dt).to(dt)
+            if RESIDUAL:
+                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
+            tl.store(y_ptr + rr, y, mask=ok)
 
 
 @triton.jit
@@ -411,10 +413,11 @@ def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.
     return ws, cnt
 
 
-def row_chunks(n: int, cfg, rope_kv: bool, half: int) -> tuple[int, int]:
+def row_chunks(n: int, cfg, rope_kv: bool, half: int, pow2: bool = True) -> tuple[int, int]:
     """(rows per loop step, rows per program) of a split-K int4 launch from its config (block_n,
     rows_per_program): for rope_kv, whole heads per chunk (the epilogue rotates pairs D/2 apart) and
-    row tiles of the largest power of two dividing the head (D % 8 == 0)."""
+    row tiles of the largest power of two dividing the head (D % 8 == 0). pow2: rows_per_program must
+    be a power of two (the tensor-core GEMV takes any multiple of its warps' tiles)."""
     nb, bn = cfg.rows_per_program, cfg.block_n
     if rope_kv:
         bn = min(bn, 2 * half & -(2 * half))
@@ -423,7 +426,7 @@ def row_chunks(n: int, cfg, rope_kv: bool, half: int) -> tuple[int, int]:
             nb *= 2
         if n % nb:
             raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
-    elif nb % bn or nb & (nb - 1):
+    elif nb % bn or (pow2 and nb & (nb - 1)):
         raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
     return bn, nb
 

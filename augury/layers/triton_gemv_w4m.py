@@ -58,7 +58,6 @@ class W4MmaConfig:
     stages: int = 1  # > 1: the loop's loads also pipelined that deep through shared memory (Triton's cp.async)
     k_major: bool = False  # launch order: a row chunk's K slices adjacent (else a K slice's chunks)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
-    chains: int = 1  # a tile's 16 mmas as 1, 2 or 4 independent accumulator chains, added at the end
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -248,29 +247,14 @@ def _load_tile(w_ptrs, s_ptrs, ok, EVEN: tl.constexpr):
 
 @triton.jit
 def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep,
-          W: tl.constexpr, ASM: tl.constexpr, CHAINS: tl.constexpr):
-    """One row tile per warp over the block: 16 mmas (in CHAINS independent accumulator chains), the (scale, zero) per entry, the rows' sums to
+          W: tl.constexpr, ASM: tl.constexpr):
+    """One row tile per warp over the block: 16 mmas, the (scale, zero) per entry, the rows' sums to
     the workspace: lane t == 0 of each g stores its rows g and g + 8 at `out` [T, 2] (adjacent: the
     workspace's PAIRED order) where `keep`."""
-    if CHAINS == 1:
-        d = _mma4(p0, b_a0, b_b0, c_init, W, False, ASM)
-        d = _mma4(p1, b_a1, b_b1, d, W, False, ASM)
-        d = _mma4(p2, b_a2, b_b2, d, W, False, ASM)
-        d = _mma4(p3, b_a3, b_b3, d, W, False, ASM)
-    elif CHAINS == 2:  # two independent accumulator chains of 8 mmas (each mma waits for the previous one's D)
-        zero = tl.zeros([W * 32, 4], dtype=tl.float32)
-        d = _mma4(p0, b_a0, b_b0, c_init, W, False, ASM)
-        e = _mma4(p2, b_a2, b_b2, zero, W, False, ASM)
-        d = _mma4(p1, b_a1, b_b1, d, W, False, ASM)
-        e = _mma4(p3, b_a3, b_b3, e, W, False, ASM)
-        d = d + e
-    else:  # four chains of 4
-        zero = tl.zeros([W * 32, 4], dtype=tl.float32)
-        d = _mma4(p0, b_a0, b_b0, c_init, W, False, ASM)
-        e = _mma4(p1, b_a1, b_b1, zero, W, False, ASM)
-        f = _mma4(p2, b_a2, b_b2, zero, W, False, ASM)
-        h = _mma4(p3, b_a3, b_b3, zero, W, False, ASM)
-        d = (d + e) + (f + h)
+    d = _mma4(p0, b_a0, b_b0, c_init, W, False, ASM)
+    d = _mma4(p1, b_a1, b_b1, d, W, False, ASM)
+    d = _mma4(p2, b_a2, b_b2, d, W, False, ASM)
+    d = _mma4(p3, b_a3, b_b3, d, W, False, ASM)
     s = (sc << 16).to(tl.float32, bitcast=True)  # bf16 scale in the low half, zero in the high
     z = (sc & -65536).to(tl.float32, bitcast=True)
     r = _row_sums(d * s + z * xz, W, ASM)  # [T, 4]: lane (g, t)'s (row, group) entries -> rows g, g, g+8, g+8
@@ -280,14 +264,14 @@ def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_
 
 @triton.jit
 def _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out,
-              keep, junk, W: tl.constexpr, ASM: tl.constexpr, LOADS_ONLY: tl.constexpr, CHAINS: tl.constexpr):
+              keep, junk, W: tl.constexpr, ASM: tl.constexpr, LOADS_ONLY: tl.constexpr):
     """One loaded tile into the workspace (`_tile`), or with LOADS_ONLY (the memory-stream probe) only XORed
     into `junk`, which keeps its loads alive; -> junk."""
     if LOADS_ONLY:
         junk = junk ^ p0 ^ p1 ^ p2 ^ p3 ^ sc
     else:
         _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out,
-              keep, W, ASM, CHAINS)
+              keep, W, ASM)
     return junk
 
 
@@ -314,7 +298,7 @@ def _w4_mma_kernel(
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
     LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
-    MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1, CHAINS: tl.constexpr = 1,
+    MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1,
 ):
     if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
         pid_k = tl.program_id(0)
@@ -415,7 +399,7 @@ def _w4_mma_kernel(
             t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN)
             okt = first if EVEN else first & (out + it * 16 * W < N)
             junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM, LOADS_ONLY, CHAINS)
+                             c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM, LOADS_ONLY)
     else:
         w_ptrs += (PF - 1) * W_STEP
         s_ptrs += (PF - 1) * S_STEP
@@ -426,7 +410,7 @@ def _w4_mma_kernel(
             s_ptrs += S_STEP
             n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
             junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY, CHAINS)
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
             if PF == 1:
                 p0, p1, p2, p3, sc = n0, n1, n2, n3, scn
             elif PF == 2:
@@ -444,22 +428,22 @@ def _w4_mma_kernel(
             out += 16 * W
             keep = first if EVEN else first & (out < N)
         junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                         c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY, CHAINS)
+                         c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
         if PF >= 2:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
             junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY, CHAINS)
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
         if PF >= 3:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
             junk = _use_tile(u0, u1, u2, u3, su, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY, CHAINS)
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
         if PF >= 4:
             out += 16 * W
             keep = first if EVEN else first & (out < N)
             junk = _use_tile(h0, h1, h2, h3, sh, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY, CHAINS)
+                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
@@ -485,12 +469,10 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         g = g if g.data_ptr() % 16 == 0 else g.clone()
     if pro == 3 and 256 % merge[1]:
         raise ValueError(f"gemv: the mma int4 GEMV merges heads whose width divides 256, got {merge[1]}")
-    _, nb = row_chunks(n, cfg, rope_kv, half)
+    _, nb = row_chunks(n, cfg, rope_kv, half, pow2=False)
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
                          f"{nb} rows for {cfg}")
-    if cfg.chains not in (1, 2, 4):
-        raise ValueError(f"gemv: the mma int4 GEMV runs 1, 2 or 4 accumulator chains, got {cfg}")
     if cfg.prefetch not in (1, 2, 3, 4):
         raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 to 4 tiles, got {cfg}")
     pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
@@ -504,6 +486,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
-        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], CHAINS=cfg.chains, num_warps=cfg.num_warps, num_stages=1,
+        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1,
         **({"launch_pdl": True} if pdl else {}),
     )

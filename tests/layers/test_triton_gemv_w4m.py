@@ -44,11 +44,11 @@ def _close(y, ref):
 
 # (N, K, config): one block and several, one tile per warp and several, two tiles in flight, a ragged last
 # chunk (rows past N), two warps, tiles pipelined through shared memory, the K-major launch order, the
-# shape-based default, three and four tiles in flight (ragged: rows past N), a tile's mmas as 2 and 4 chains
+# shape-based default, three and four tiles in flight, chunks of rows not a power of two (ragged: rows past N)
 CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
          (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)),
-         (96, 768, M(32, 2, k_major=True)), (64, 256, None), (112, 512, M(128, 1, prefetch=3)),
-         (128, 256, M(128, 1, prefetch=4, chains=2)), (208, 512, M(128, 1, prefetch=4, k_major=True, chains=4))]
+         (96, 768, M(32, 2, k_major=True)), (64, 256, None), (320, 512, M(192, 1, prefetch=3)),
+         (128, 256, M(128, 1, prefetch=4)), (208, 512, M(128, 1, prefetch=4, k_major=True))]
 
 
 @here
@@ -143,8 +143,6 @@ def test_bad_configs_and_scales_are_refused():
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(32, 4))
     with pytest.raises(ValueError, match="prefetches 1 to 4"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(64, 1, prefetch=5))
-    with pytest.raises(ValueError, match="accumulator chains"):
-        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(64, 1, chains=3))
     with pytest.raises(ValueError, match="W4MmaConfig"):
         from augury.layers.triton_gemv_w4r import W4RowsConfig
 
