@@ -430,23 +430,19 @@ def _w4_mma_kernel(
                 h0, h1, h2, h3, sh = n0, n1, n2, n3, scn
             out += 16 * W
             keep = first if EVEN else first & (out < N)
-        junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                         c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
-        if PF >= 2:
-            out += 16 * W
-            keep = first if EVEN else first & (out < N)
-            junk = _use_tile(q0, q1, q2, q3, sq, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
+        # the last PF tiles, oldest first: the same rotation with nothing loaded behind them
+        for j in tl.static_range(PF):
+            if j > 0:
+                out += 16 * W
+                keep = first if EVEN else first & (out < N)
+            junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
-        if PF >= 3:
-            out += 16 * W
-            keep = first if EVEN else first & (out < N)
-            junk = _use_tile(u0, u1, u2, u3, su, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
-        if PF >= 4:
-            out += 16 * W
-            keep = first if EVEN else first & (out < N)
-            junk = _use_tile(h0, h1, h2, h3, sh, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
-                             c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
+            if PF >= 2:
+                p0, p1, p2, p3, sc = q0, q1, q2, q3, sq
+            if PF >= 3:
+                q0, q1, q2, q3, sq = u0, u1, u2, u3, su
+            if PF >= 4:
+                u0, u1, u2, u3, su = h0, h1, h2, h3, sh
     if LOADS_ONLY:  # one word per program, so nothing above is dead code
         tl.store(ws_row + pid_n * NB, tl.sum(tl.sum(junk, axis=1), axis=0).to(tl.float32, bitcast=True))
     if PDL and LATE_LAUNCH:
