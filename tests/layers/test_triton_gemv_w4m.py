@@ -47,7 +47,7 @@ def _close(y, ref):
 # shape-based default, three and four tiles in flight, chunks of rows not a power of two (ragged: rows past N)
 CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
          (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)),
-         (96, 768, M(32, 2, k_major=True)), (64, 256, None), (320, 512, M(192, 1, prefetch=3)),
+         (96, 768, M(32, 2, k_major=True)), (64, 256, None), (256, 256, M(192, 1, prefetch=3)),
          (128, 256, M(128, 1, prefetch=4)), (208, 512, M(128, 1, prefetch=4, k_major=True))]
 
 
