@@ -427,7 +427,8 @@ def row_chunks(n: int, cfg, rope_kv: bool, half: int, pow2: bool = True) -> tupl
         if n % nb:
             raise ValueError(f"gemv: {n} rows are not whole heads of {2 * half}")
     elif nb % bn or (pow2 and nb & (nb - 1)):
-        raise ValueError(f"gemv: rows_per_program must be a power of two and a multiple of block_n, got {cfg}")
+        raise ValueError(f"gemv: rows_per_program must be {'a power of two and ' if pow2 else ''}a multiple of "
+                         f"block_n, got {cfg}")
     return bn, nb
 
 
