@@ -272,11 +272,22 @@ def _finish(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0,
     the chunk's partials in slice order and applies the epilogue (all the programs' stores are
     visible to it: each program's barrier + release, its acquire). PAIRED: `_slice_sum`'s."""
     tl.debug_barrier()
-    prev = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-    if prev == NSPLIT - 1:
-        _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
+    _finish_count(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, pid_n, 1, NSPLIT, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr,
+                  slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt, PAIRED)
+
+
+@triton.jit
+def _finish_count(ws_ptr, cnt_ptr, r_ptr, y_ptr, N, chunk, inc, total, NSPLIT: tl.constexpr, row0, cos_ptr, sin_ptr,
+                  kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL: tl.constexpr,
+                  ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, dt: tl.constexpr,
+                  PAIRED: tl.constexpr):
+    """`_finish` after its barrier, for a program that stored `inc` of the `total` partial pieces of its row
+    chunk `chunk`: the one whose count completes the chunk adds and applies the epilogue."""
+    prev = tl.atomic_add(cnt_ptr + chunk, inc, sem="acq_rel", scope="gpu")
+    if prev + inc == total:
+        _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, chunk, NSPLIT, row0, cos_ptr, sin_ptr, kp_ptr, vp_ptr, slot_ptr,
                         s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, RESIDUAL, ROPE_KV, HALF, PP, NB, dt, PAIRED)
-        tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (or graph replay)
+        tl.atomic_xchg(cnt_ptr + chunk, 0)  # ready for the next call (or graph replay)
 
 
 @triton.jit

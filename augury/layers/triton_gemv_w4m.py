@@ -58,6 +58,9 @@ class W4MmaConfig:
     stages: int = 1  # > 1: the loop's loads also pipelined that deep through shared memory (Triton's cp.async)
     k_major: bool = False  # launch order: a row chunk's K slices adjacent (else a K slice's chunks)
     block_n: int = 16  # rows per step of a warp (a tile); only row_chunks reads it (rope: whole heads)
+    # > 0: a persistent grid of this many programs a multiprocessor, each streaming an equal run of the weight's
+    # tiles (`triton_gemv_w4m_stream`); rows_per_program is then the split-K finish's row chunk
+    persistent: int = 0
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -293,6 +296,39 @@ def _row_sums(r, W: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
+def _operands(v0, v1, v2, v3, dummy, is_a, is_b, t, W: tl.constexpr, ASM: tl.constexpr):
+    """A K slice's mma operands from the lanes' inputs (v0..v3 [T, 8] fp32, their columns 0-7, 8-15, 16-23,
+    24-31 of the lane's group): B's fp16 pairs (b_a*: lanes g == t, b_b*: g == t + 4, x / 16), the
+    accumulators' start and the zero term's input sums, and the power of two that undoes the inputs'
+    scaling. dummy: any [T, 4] int32 (the ones-mma's unused words operand)."""
+    # each warp scales its own fragments (its sums are its own): a warp-wide max, no barrier
+    m = tl.maximum(tl.maximum(tl.max(tl.abs(v0), axis=1), tl.max(tl.abs(v1), axis=1)),
+                   tl.maximum(tl.max(tl.abs(v2), axis=1), tl.max(tl.abs(v3), axis=1)))
+    m = _warp_max(m, W, ASM)
+    # 2^d with max |x| 2^d in [2^13, 2^14): fp16 holds every input, /16 included, without overflow
+    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 24), 254)
+    up = ((267 - em) << 23).to(tl.float32, bitcast=True)[:, None]
+    unscale = ((em - 13) << 23).to(tl.float32, bitcast=True)[:, None]
+    f = tl.where(is_b, up * 0.0625, up)
+    b_a0, b_b0 = _pairs(v0 * f, is_a), _pairs(v0 * f, is_b)
+    b_a1, b_b1 = _pairs(v1 * f, is_a), _pairs(v1 * f, is_b)
+    b_a2, b_b2 = _pairs(v2 * f, is_a), _pairs(v2 * f, is_b)
+    b_a3, b_b3 = _pairs(v3 * f, is_a), _pairs(v3 * f, is_b)
+    # Y[n] = sum of group n's fp16 inputs as fed (hi groups: / 16), in every lane's entries (groups
+    # 2t, 2t + 1): the accumulators start at -(1024 + 8) Y (lo groups) or -(1024 + 128) Y (hi: x / 16
+    # against 1024 + 16 q), and the zero term is zero * X with X = Y (lo) or 16 Y (hi)
+    zero4 = tl.zeros(dummy.shape, dtype=tl.float32)
+    y = _mma4(dummy, b_a0, b_b0, zero4, W, True, ASM)
+    y = _mma4(dummy, b_a1, b_b1, y, W, True, ASM)
+    y = _mma4(dummy, b_a2, b_b2, y, W, True, ASM)
+    y = _mma4(dummy, b_a3, b_b3, y, W, True, ASM)
+    hi_grp = (t >= 2)[:, None]
+    c_init = y * tl.where(hi_grp, -1152.0, -1032.0)
+    xz = y * tl.where(hi_grp, 16.0, 1.0)
+    return b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale
+
+
+@triton.jit
 def _w4_mma_kernel(
     x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, xs_ptr,
     N, K, NT, eps, norm_k,
@@ -365,31 +401,9 @@ def _w4_mma_kernel(
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
     v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
     v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
-    # each warp scales its own fragments (its sums are its own): a warp-wide max, no barrier
-    m = tl.maximum(tl.maximum(tl.max(tl.abs(v0), axis=1), tl.max(tl.abs(v1), axis=1)),
-                   tl.maximum(tl.max(tl.abs(v2), axis=1), tl.max(tl.abs(v3), axis=1)))
-    m = _warp_max(m, W, ASM)
-    # 2^d with max |x| 2^d in [2^13, 2^14): fp16 holds every input, /16 included, without overflow
-    em = tl.minimum(tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 24), 254)
-    up = ((267 - em) << 23).to(tl.float32, bitcast=True)[:, None]
-    unscale = ((em - 13) << 23).to(tl.float32, bitcast=True)[:, None]
-    f = tl.where(is_b, up * 0.0625, up)
-    b_a0, b_b0 = _pairs(v0 * f, is_a), _pairs(v0 * f, is_b)
-    b_a1, b_b1 = _pairs(v1 * f, is_a), _pairs(v1 * f, is_b)
-    b_a2, b_b2 = _pairs(v2 * f, is_a), _pairs(v2 * f, is_b)
-    b_a3, b_b3 = _pairs(v3 * f, is_a), _pairs(v3 * f, is_b)
-    # Y[n] = sum of group n's fp16 inputs as fed (hi groups: / 16), in every lane's entries (groups
-    # 2t, 2t + 1): the accumulators start at -(1024 + 8) Y (lo groups) or -(1024 + 128) Y (hi: x / 16
-    # against 1024 + 16 q), and the zero term is zero * X with X = Y (lo) or 16 Y (hi)
-    zero4 = tl.zeros([T, 4], dtype=tl.float32)
-    dummy = p0 if STAGES == 1 else b_a0  # the ones-mma's unused words operand
-    y = _mma4(dummy, b_a0, b_b0, zero4, W, True, ASM)
-    y = _mma4(dummy, b_a1, b_b1, y, W, True, ASM)
-    y = _mma4(dummy, b_a2, b_b2, y, W, True, ASM)
-    y = _mma4(dummy, b_a3, b_b3, y, W, True, ASM)
-    hi_grp = (t >= 2)[:, None]
-    c_init = y * tl.where(hi_grp, -1152.0, -1032.0)
-    xz = y * tl.where(hi_grp, 16.0, 1.0)
+    dummy = p0 if STAGES == 1 else tl.zeros([T, 4], dtype=tl.int32)  # the ones-mma's unused words operand
+    b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale = _operands(
+        v0, v1, v2, v3, dummy, is_a, is_b, t, W, ASM)
     # where a tile's sums go, [T, 2]: lane t == 0 of each g stores rows g and g + 8, adjacent in the
     # workspace (its PAIRED order: a tile's rows 0, 8, 1, 9, ...)
     out = rt[:, None] * 16 + 2 * g[:, None] + tl.arange(0, 2)[None, :]
@@ -474,12 +488,30 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
                          f"{nb} rows for {cfg}")
     if cfg.prefetch not in (1, 2, 3, 4):
         raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 to 4 tiles, got {cfg}")
-    pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
+    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    if cfg.persistent:
+        from augury.layers import triton_gemv_w4m_stream as stream
+
+        if cfg.stages != 1 or cfg.late_launch:
+            raise ValueError(f"gemv: the persistent mma int4 GEMV keeps its tiles in registers and launches its "
+                             f"dependents at its wait (stages=1, late_launch=0), got {cfg}")
+        if stream.fits(n, cfg.num_warps, pro):
+            progs = min(cfg.persistent * stream.multiprocessors(x.device), stream.steps(n, k, cfg.num_warps))
+            pieces = stream.pieces(n, k, cfg.num_warps, nb, progs)
+            stream._w4_mma_stream_kernel[(progs,)](
+                x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
+                PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb,
+                W=cfg.num_warps, PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
+                PIECES=pieces, PF=cfg.prefetch, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1,
+                **({"launch_pdl": True} if pdl else {}),
+            )
+            return
+        # shapes whose steps would straddle K slices, and the merge prologue: the grid form below
+    pf = min(cfg.prefetch, nb // (16 * cfg.num_warps))
     # PRO_MERGE: a 256-column row a program for its merged input, in the activation dtype
     xs = torch.empty(grid[0] * grid[1] * MMA_COLS, dtype=y.dtype, device=x.device) if pro == 3 else ws
-    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
     _w4_mma_kernel[(grid[1], grid[0]) if cfg.k_major else grid](
         x, g, w, sz, r, y, ws, cnt, xs, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,

@@ -399,18 +399,18 @@ def test_replays_in_a_cuda_graph():
     replays_in_a_cuda_graph(packed, sz)
 
 
-def replays_in_a_cuda_graph(packed, sz):
+def replays_in_a_cuda_graph(packed, sz, cfg=None):
     """A captured normed product of this [6144, 4096] int4 weight, replayed on new inputs, equals the
-    eager call bit for bit."""
+    eager call bit for bit (cfg: the launch's, else the shape's default)."""
     x, nw = _rand(1, 4096, seed=11, dtype=torch.bfloat16), _rand(4096, seed=12, dtype=torch.bfloat16)
-    gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)  # compile outside the capture
+    gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw, cfg=cfg)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw)
+        out = gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw, cfg=cfg)
     for _ in range(2):
         x.copy_(torch.randn_like(x))
         graph.replay()
-        torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw), atol=0, rtol=0)
+        torch.testing.assert_close(out, gemv(x, packed, scales_zeros=sz, group_size=32, norm_weight=nw, cfg=cfg), atol=0, rtol=0)
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")

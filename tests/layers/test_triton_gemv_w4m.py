@@ -44,11 +44,16 @@ def _close(y, ref):
 
 # (N, K, config): one block and several, one tile per warp and several, two tiles in flight, a ragged last
 # chunk (rows past N), two warps, tiles pipelined through shared memory, the K-major launch order, the
-# shape-based default, three and four tiles in flight, chunks of rows not a power of two (ragged: rows past N)
+# shape-based default, three and four tiles in flight, chunks of rows not a power of two (ragged: rows past N);
+# then the persistent grid (3 programs a "multiprocessor" off CUDA: runs that cross K slices and row chunks, runs
+# shorter than the tiles in flight, a ragged last chunk, one, two and four warps)
 CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2)), (80, 512, M(64, 1, prefetch=2)),
          (48, 256, M(32, 1)), (96, 768, M(64, 2, prefetch=2)), (80, 512, M(64, 1, stages=3)),
          (96, 768, M(32, 2, k_major=True)), (64, 256, None), (256, 256, M(192, 1, prefetch=3)),
          (128, 256, M(128, 1, prefetch=4)), (208, 512, M(128, 1, prefetch=4, k_major=True))]
+PERSISTENT = [(256, 512, M(64, 1, persistent=1)), (96, 768, M(64, 2, prefetch=2, persistent=2)),
+              (208, 512, M(128, 1, prefetch=4, persistent=1)), (128, 512, M(64, 4, prefetch=3, persistent=1))]
+CASES += PERSISTENT
 
 
 @here
@@ -102,7 +107,8 @@ def test_every_nibble_position_meets_its_own_column_and_group():
 
 
 @here
-@pytest.mark.parametrize("n_heads,hidden,cfg", [(4, 256, M(64, 1)), (4, 512, M(128, 2, prefetch=2))])
+@pytest.mark.parametrize("n_heads,hidden,cfg", [(4, 256, M(64, 1)), (4, 512, M(128, 2, prefetch=2)),
+                                                (4, 512, M(128, 2, prefetch=2, persistent=1))])
 def test_qkv_rope_kv_equals_its_product_rope_and_pool_write(n_heads, hidden, cfg):
     from tests.layers.test_triton_gemv_int4 import qkv_rope_kv_against_its_parts
 
@@ -110,6 +116,20 @@ def test_qkv_rope_kv_equals_its_product_rope_and_pool_write(n_heads, hidden, cfg
     packed, sz, _ = _int4((H + 2 * Hkv) * D, hidden, seed=7)
     q, qk, _, _ = qkv_rope_kv_against_its_parts(packed, sz, 32, H, Hkv, D, hidden, torch.bfloat16, cfg, seed=8)
     assert torch.equal(q.view(1, H, D), qk[:, :H])  # the same sums, whichever program adds them: bitwise
+
+
+@here
+@pytest.mark.parametrize("n,k,cfg", PERSISTENT[:2])
+def test_persistent_grid_is_bitwise_the_grid_form(n, k, cfg):
+    """The runs store the same partial sums as the grid's programs (every warp scales by the same max of its
+    slice's inputs) and a chunk's slices are added in slice order whichever program finishes it: bitwise."""
+    packed, sz, _ = _int4(n, k, seed=n + k)
+    gu, r = _rand(1, 2 * k, seed=4, dtype=torch.bfloat16), _rand(1, n, seed=3, dtype=torch.bfloat16)
+    for call in range(2):  # the second call finds the counters the first one reset
+        got = gemv(gu, packed, scales_zeros=sz, group_size=32, silu_mul=True, residual=r, cfg=cfg)
+        want = gemv(gu, packed, scales_zeros=sz, group_size=32, silu_mul=True, residual=r,
+                    cfg=replace(cfg, persistent=0))
+        assert torch.equal(got, want), call
 
 
 def test_layout_round_trips_and_refusals():
@@ -143,6 +163,8 @@ def test_bad_configs_and_scales_are_refused():
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(32, 4))
     with pytest.raises(ValueError, match="prefetches 1 to 4"):
         gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(64, 1, prefetch=5))
+    with pytest.raises(ValueError, match="stages=1, late_launch=0"):
+        gemv(x, packed, scales_zeros=sz, group_size=32, cfg=M(64, 1, persistent=1, stages=2))
     with pytest.raises(ValueError, match="W4MmaConfig"):
         from augury.layers.triton_gemv_w4r import W4RowsConfig
 
@@ -206,6 +228,28 @@ def test_replays_in_a_cuda_graph():
 
     packed, sz, _ = _int4(6144, 4096, seed=10)  # several K slices per chunk: the counters reset each replay
     replays_in_a_cuda_graph(packed, sz)
+
+
+@cuda_only
+@pytest.mark.parametrize("n,k", LLAMA3_8B_SHAPES[:4])  # the layer products
+def test_llama3_8b_shapes_persistent_are_bitwise_the_grid_form(n, k):
+    """On the H200's own multiprocessor count, three and four programs a multiprocessor, two and four tiles in
+    flight: the 8B shapes' persistent products equal the grid form's bit for bit."""
+    packed, sz, _ = _int4(n, k, seed=n % 97)
+    x = _rand(1, k, seed=5, dtype=torch.bfloat16)
+    base = triton_gemv_w4m.default_config(n, k)
+    want = gemv(x, packed, scales_zeros=sz, group_size=32, cfg=replace(base, persistent=0))
+    for per_sm, pf in ((4, 2), (3, 4)):
+        got = gemv(x, packed, scales_zeros=sz, group_size=32, cfg=replace(base, persistent=per_sm, prefetch=pf))
+        assert torch.equal(got, want), (per_sm, pf)
+
+
+@cuda_only
+def test_persistent_grid_replays_in_a_cuda_graph():
+    from tests.layers.test_triton_gemv_int4 import replays_in_a_cuda_graph
+
+    packed, sz, _ = _int4(6144, 4096, seed=10)
+    replays_in_a_cuda_graph(packed, sz, cfg=replace(triton_gemv_w4m.default_config(6144, 4096), persistent=4))
 
 
 @cuda_only
