@@ -316,6 +316,11 @@ _W4M_CFGS = {
     "g896": {"gate_up": {"rows_per_program": 896}}, "g448": {"gate_up": {"rows_per_program": 448}},
     "pf4_big": {"gate_up": {"prefetch": 4}, "down": {"prefetch": 4}, "qkv": {"rows_per_program": 256, "prefetch": 4},
                 "o_proj": {"rows_per_program": 256, "prefetch": 4}},
+    # the persistent grid (`triton_gemv_w4m_stream`): N programs a multiprocessor, each an equal run of the tiles;
+    # with 3, four tiles in flight fit (168 registers)
+    "ps4_all": {p: {"persistent": 4} for p in _LATE}, **{f"ps4_{p}": {p: {"persistent": 4}} for p in _LATE},
+    "ps3pf4_all": {p: {"persistent": 3, "prefetch": 4} for p in _LATE},
+    "ps3pf3_all": {p: {"persistent": 3, "prefetch": 3} for p in _LATE},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)
