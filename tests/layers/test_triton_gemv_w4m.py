@@ -318,6 +318,61 @@ def test_lane_operands_get_one_row_per_thread_compiled():
         assert all(want in f for f in found), (pro, found)
 
 
+_STREAM_PROBE = r"""
+import json, re
+import triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from augury.layers.triton_gemv_w4m_stream import _w4_mma_stream_kernel as fn
+
+names = fn.arg_names
+ptrs = {"w_ptr": "*i32", "sz_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "slot_ptr": "*i64"}
+out = {}
+for pro, pf in ((1, 2), (2, 2), (2, 4), (0, 1)):
+    consts = dict(PRO=pro, RESIDUAL=pro != 1, ROPE_KV=False, HALF=1, PP=1, NB=512, W=4, PDL=True, ASM=True, NSPLIT=16,
+                  NORM_BLOCK=4096, PIECES=2, PF=pf, LOADS_ONLY=False)
+    sig = {a: "constexpr" if a in consts else ptrs.get(a, "*bf16") if a.endswith("_ptr")
+           else "fp32" if a in ("eps", "norm_k") else "i32" for a in names}
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
+             if sig[a].startswith("*") or a in ("N", "K", "NT")}
+    c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "num_stages": 1})
+    g = c.asm["ttgir"]
+    lay = dict(re.findall(r"^(#\w+) = (#ttg\.blocked<.*>)$", g, re.M))
+    out[f"{pro}/{pf}"] = {
+        "tiles": [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x4x!tt\.ptr<i32>, (#\w+)>", g)],
+        "inputs": [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x8x!tt\.ptr<bf16>, (#\w+)>", g)],
+        "moved_pointers": len(re.findall(r"ttg\.convert_layout .*: tensor<\d+x\d+x!tt\.ptr", g))}
+print(json.dumps(out))
+"""
+
+
+def test_persistent_kernel_keeps_its_loads_16_byte_vectors_compiled():
+    """Compiled for sm_90 offline: the persistent kernel's tile loads (in its loop, and the PF issued before the
+    wait) and its input loads stay 16-byte vectors with thread i holding row i, and no pointer tensor is moved
+    between layouts. Its first form (a loop over K slices around one over steps) carried the tile pointers in
+    Triton's default layout and moved them through shared memory before every load: 5 stores and barriers a tile."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _STREAM_PROBE], capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode != 0:
+        if "ptxas" in run.stderr or "cuda" in run.stderr.lower() and "backend" in run.stderr.lower():
+            pytest.skip(f"no offline sm_90 compile here: {run.stderr.strip().splitlines()[-1]}")
+        raise AssertionError(run.stderr[-3000:])
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = "threadsPerWarp = [32, 1], warpsPerCTA = [4, 1]"
+    for key, f in found.items():
+        pf = int(key.split("/")[1])
+        assert len(f["tiles"]) == 5 * (pf + 1), (key, f)  # the PF before the wait, one tile in the loop
+        assert all("sizePerThread = [1, 4], " + rows in t for t in f["tiles"]), (key, f)
+        assert f["inputs"] and all("sizePerThread = [1, 8], " + rows in t for t in f["inputs"]), (key, f)
+        assert f["moved_pointers"] == 0, (key, f)
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)
