@@ -264,14 +264,31 @@ def test_an_input_off_a_16_byte_boundary_is_copied():
     assert torch.equal(got, gemv(x.contiguous().clone(), packed, scales_zeros=sz, group_size=32))
 
 
-_LAYOUT_PROBE = r"""
-import json, re, sys
+# compiled for sm_90 offline (no GPU): a kernel's TTGIR and its blocked layouts by name, with what the launcher
+# specializes for torch's allocations (16-byte aligned pointers, sizes divisible by 16)
+_PROBE_COMPILE = r"""
+import json, re
 import triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
+
+
+def ttgir(fn, consts, ptrs, sig_over=None):
+    names = fn.arg_names
+    sig = {a: "constexpr" if a in consts else ptrs.get(a, "*bf16") if a.endswith("_ptr")
+           else "fp32" if a in ("eps", "norm_k") else "i32" for a in names}
+    sig.update(sig_over or {})
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
+             if sig[a].startswith("*") or a in ("N", "K", "NT")}
+    c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "num_stages": 1})
+    g = c.asm["ttgir"]
+    return g, dict(re.findall(r"^(#\w+) = (#ttg\.blocked<.*>)$", g, re.M))
+"""
+
+_LAYOUT_PROBE = _PROBE_COMPILE + r"""
 from augury.layers.triton_gemv_w4m import _w4_mma_kernel as fn
 
-names = fn.arg_names
 ptrs = {"x_ptr": "*bf16", "g_ptr": "*bf16", "w_ptr": "*i32", "sz_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
         "xs_ptr": "*bf16", "slot_ptr": "*i64"}
 out = {}
@@ -279,20 +296,27 @@ for pro in (0, 1, 2, 3):
     consts = dict(PRO=pro, RESIDUAL=True, ROPE_KV=False, HALF=1, PP=1, NB=128, W=4, PDL=True, ASM=True, NSPLIT=16,
                   NORM_BLOCK=4096, EVEN=True, LATE_LAUNCH=False, PF=1, LOADS_ONLY=False, STAGES=1, K_MAJOR=True,
                   MS=9 if pro == 3 else 1, MSP=16 if pro == 3 else 1, MD=128 if pro == 3 else 1)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "*bf16") if a.endswith("_ptr")
-           else "fp32" if a in ("eps", "norm_k") else "i32" for a in names}
-    if pro == 3:
-        sig["x_ptr"] = sig["g_ptr"] = "*fp32"
-    # what the launcher specializes for torch's allocations: 16-byte aligned pointers, sizes divisible by 16
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
-             if sig[a].startswith("*") or a in ("N", "K", "NT")}
-    c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "num_stages": 1})
-    g = c.asm["ttgir"]
-    lay = dict(re.findall(r"^(#\w+) = (#ttg\.blocked<.*>)$", g, re.M))
+    g, lay = ttgir(fn, consts, ptrs, {"x_ptr": "*fp32", "g_ptr": "*fp32"} if pro == 3 else None)
     out[pro] = [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x8x!tt\.ptr<bf16>, (#\w+)>", g)]
 print(json.dumps(out))
 """
+
+
+def _compiled_offline(probe: str):
+    """Run a probe that compiles for sm_90 on this machine (no GPU) in a process of its own (no interpreter);
+    -> the JSON of its last line. Skips where no offline sm_90 compile is available."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode != 0:
+        if "ptxas" in run.stderr or "cuda" in run.stderr.lower() and "backend" in run.stderr.lower():
+            pytest.skip(f"no offline sm_90 compile here: {run.stderr.strip().splitlines()[-1]}")
+        raise AssertionError(run.stderr[-3000:])
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def test_lane_operands_get_one_row_per_thread_compiled():
@@ -300,45 +324,22 @@ def test_lane_operands_get_one_row_per_thread_compiled():
     every prologue, are 16-byte vectors with thread i holding row i (sizePerThread [1, 8], 32 threads down
     the rows), the layout its warp shuffles and mma take. The interpreter cannot see layouts; the twenty-third
     session's gathered merge input had 8 threads a row and came out 5.6% off on the H200."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _LAYOUT_PROBE], capture_output=True, text=True, env=env, timeout=600)
-    if run.returncode != 0:
-        if "ptxas" in run.stderr or "cuda" in run.stderr.lower() and "backend" in run.stderr.lower():
-            pytest.skip(f"no offline sm_90 compile here: {run.stderr.strip().splitlines()[-1]}")
-        raise AssertionError(run.stderr[-3000:])
-    layouts = json.loads(run.stdout.strip().splitlines()[-1])
+    layouts = _compiled_offline(_LAYOUT_PROBE)
     want = ("sizePerThread = [1, 8], threadsPerWarp = [32, 1], warpsPerCTA = [4, 1]")
     for pro, found in layouts.items():
         assert len(found) == (8 if pro in ("1", "2") else 4), (pro, found)  # x (and the norm weight, or up) at 4 steps
         assert all(want in f for f in found), (pro, found)
 
 
-_STREAM_PROBE = r"""
-import json, re
-import triton
-from triton.compiler import ASTSource
-from triton.backends.compiler import GPUTarget
+_STREAM_PROBE = _PROBE_COMPILE + r"""
 from augury.layers.triton_gemv_w4m_stream import _w4_mma_stream_kernel as fn
 
-names = fn.arg_names
 ptrs = {"w_ptr": "*i32", "sz_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "slot_ptr": "*i64"}
 out = {}
 for pro, pf in ((1, 2), (2, 2), (2, 4), (0, 1)):
     consts = dict(PRO=pro, RESIDUAL=pro != 1, ROPE_KV=False, HALF=1, PP=1, NB=512, W=4, PDL=True, ASM=True, NSPLIT=16,
                   NORM_BLOCK=4096, PIECES=2, PF=pf, LOADS_ONLY=False)
-    sig = {a: "constexpr" if a in consts else ptrs.get(a, "*bf16") if a.endswith("_ptr")
-           else "fp32" if a in ("eps", "norm_k") else "i32" for a in names}
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
-             if sig[a].startswith("*") or a in ("N", "K", "NT")}
-    c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "num_stages": 1})
-    g = c.asm["ttgir"]
-    lay = dict(re.findall(r"^(#\w+) = (#ttg\.blocked<.*>)$", g, re.M))
+    g, lay = ttgir(fn, consts, ptrs)
     out[f"{pro}/{pf}"] = {
         "tiles": [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x4x!tt\.ptr<i32>, (#\w+)>", g)],
         "inputs": [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x8x!tt\.ptr<bf16>, (#\w+)>", g)],
@@ -352,18 +353,7 @@ def test_persistent_kernel_keeps_its_loads_16_byte_vectors_compiled():
     wait) and its input loads stay 16-byte vectors with thread i holding row i, and no pointer tensor is moved
     between layouts. Its first form (a loop over K slices around one over steps) carried the tile pointers in
     Triton's default layout and moved them through shared memory before every load: 5 stores and barriers a tile."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _STREAM_PROBE], capture_output=True, text=True, env=env, timeout=600)
-    if run.returncode != 0:
-        if "ptxas" in run.stderr or "cuda" in run.stderr.lower() and "backend" in run.stderr.lower():
-            pytest.skip(f"no offline sm_90 compile here: {run.stderr.strip().splitlines()[-1]}")
-        raise AssertionError(run.stderr[-3000:])
-    found = json.loads(run.stdout.strip().splitlines()[-1])
+    found = _compiled_offline(_STREAM_PROBE)
     rows = "threadsPerWarp = [32, 1], warpsPerCTA = [4, 1]"
     for key, f in found.items():
         pf = int(key.split("/")[1])

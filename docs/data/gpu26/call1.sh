@@ -8,7 +8,7 @@ P4='{"persistent":4}'; P3F4='{"persistent":3,"prefetch":4}'; P3F3='{"persistent"
 L='{"persistent":4,"lo":1}'; L4='{"persistent":3,"prefetch":4,"lo":1}'
 CF="{\"gate_up\": [$P4,$P3F4,$P3F3,$L,$L4], \"down\": [$P4,$P3F4,$P3F3,$L,$L4], \"qkv\": [$P4,$P3F4,$P4F1],
  \"o_proj\": [$P4,$P3F4,$P4F1], \"lm_head\": [$P4,$P3F4]}"
-timeout 110 python docs/data/gpu26/w4m_probe.py "$CF" > $OUT/probe1.log 2>&1; grep -v Warn $OUT/probe1.log | tail -30
+timeout 110 python docs/data/gpu25/w4m_probe.py "$CF" > $OUT/probe1.log 2>&1; grep -v Warn $OUT/probe1.log | tail -30
 timeout 150 python -m augury.bench.gemv_gpu --weights int4 --shapes "" --chains layer_chain --int4-layout mma \
   --layer-variants attention_waits,w4m_ps4_all,w4m_ps3pf4_all,w4m_ps4_down,w4m_ps4_gate_up,w4m_ps4_qkv,w4m_ps4_o_proj \
   --rounds 2 --ctx 1100 --out $OUT/chain1 > $OUT/chain1.log 2>&1
