@@ -321,6 +321,8 @@ _W4M_CFGS = {
     "ps4_all": {p: {"persistent": 4} for p in _LATE}, **{f"ps4_{p}": {p: {"persistent": 4}} for p in _LATE},
     "ps3pf4_all": {p: {"persistent": 3, "prefetch": 4} for p in _LATE},
     "ps3pf3_all": {p: {"persistent": 3, "prefetch": 3} for p in _LATE},
+    # down on the device's Triton 3.6 takes 136 registers at 2 tiles in flight: three programs a multiprocessor
+    "ps3_down": {"down": {"persistent": 3}}, "ps3pf1_down": {"down": {"persistent": 3, "prefetch": 1}},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)
