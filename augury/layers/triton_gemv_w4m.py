@@ -61,6 +61,9 @@ class W4MmaConfig:
     # > 0: a persistent grid of this many programs a multiprocessor, each streaming an equal run of the weight's
     # tiles (`triton_gemv_w4m_stream`); rows_per_program is then the split-K finish's row chunk
     persistent: int = 0
+    # > 0: ptxas caps each thread at this many registers (spilling the rest): 3-4 tiles in flight take 153-168,
+    # which leaves 3 programs a multiprocessor; capped at 128 they keep 4 (offline sm_90: PF 3 spills 56 bytes)
+    maxnreg: int = 0
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -491,6 +494,9 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
     compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    opts = {"launch_pdl": True} if pdl else {}
+    if cfg.maxnreg and compiled:
+        opts["maxnreg"] = cfg.maxnreg
     if cfg.persistent:
         from augury.layers import triton_gemv_w4m_stream as stream
 
@@ -504,8 +510,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
                 x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
                 PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb,
                 W=cfg.num_warps, PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
-                PIECES=pieces, PF=cfg.prefetch, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1,
-                **({"launch_pdl": True} if pdl else {}),
+                PIECES=pieces, PF=cfg.prefetch, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1, **opts,
             )
             return
         # shapes whose steps would straddle K slices, and the merge prologue: the grid form below
@@ -518,5 +523,5 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
         MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1,
-        **({"launch_pdl": True} if pdl else {}),
+        **opts,
     )

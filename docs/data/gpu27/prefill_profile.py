@@ -13,7 +13,8 @@ SHAPE, DEV = (sys.argv[1:] + ["llama3-8b", "cuda"])[:2] if len(sys.argv) < 3 els
 dev = torch.device(DEV)
 mm = matmul_rate(dev, 1024 if dev.type == "cpu" else 8192)
 e = Engine.from_random(SHAPE, device=DEV, dtype="bfloat16", weights="native", progress=False, max_num_seqs=64,
-                       max_num_batched_tokens=4096, kv_budget="24GiB", max_model_len=4096)
+                       max_num_batched_tokens=4096, kv_budget="24GiB" if dev.type == "cuda" else "1GiB",
+                       max_model_len=4096)
 n_params = sum(p.numel() for p in e.loaded.model.parameters()) - e.loaded.model.embed_tokens.weight.numel()
 V = e.model_config.vocab_size
 g = torch.Generator().manual_seed(1)
@@ -40,3 +41,8 @@ tot = sum(x.self_device_time_total for x in ev)
 print(f"profiled prefill wall {w * 1e3:.2f} ms, GPU kernels summed {tot / 1e3:.2f} ms")
 for x in sorted(ev, key=lambda x: -x.self_device_time_total)[:18]:
     print(f"{x.self_device_time_total / 1e3:8.2f} ms {x.count:5d}x  {x.key[:110]}")
+cpu = sorted((x for x in prof.key_averages() if x.device_type == torch.autograd.DeviceType.CPU),
+             key=lambda x: -x.self_cpu_time_total)[:12]
+print(f"host: top ops by self CPU time (of {w * 1e3:.2f} ms wall)")
+for x in cpu:
+    print(f"{x.self_cpu_time_total / 1e3:8.2f} ms {x.count:5d}x  {x.key[:110]}")
