@@ -13,6 +13,7 @@ import math
 import torch
 
 from augury.config import ConfigError, RopeConfig
+from augury.layers import row_ops
 
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
@@ -82,4 +83,6 @@ class RotaryEmbedding(torch.nn.Module):
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [T, n, D], cos/sin_signed [T, 1, D] -> rotated [T, n, D] (non-interleaved halves, HF layout)."""
+    if (r := row_ops.rope(x, cos, sin)) is not None:
+        return r  # one launch on the GPU (bitwise the ops below)
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
