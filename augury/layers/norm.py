@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from augury.cpu_kernels import load
+from augury.layers import row_ops
 
 
 class RMSNorm(nn.Module):
@@ -47,6 +48,13 @@ class RMSNorm(nn.Module):
             return (h * (1.0 + self.weight.float())).to(x.dtype)
         if x.dtype == torch.float32 and self.weight.dim() == 1:
             return F.rms_norm(x, d, self.weight, self.eps)  # one dispatch, bit-identical to HF's steps
+        if row_ops.norm_in_dtype(x):
+            # a GPU bf16 step: torch's kernel accumulates in float32 from bf16 rows as from their float32
+            # copy (same bits), so the copy and the cast back are two launches saved
+            h = F.rms_norm(x, d, None, self.eps)
+            if self.weight.dim() == 1 and (y := row_ops.mul_rows(h.reshape(-1, d[0]), self.weight)) is not None:
+                return y.view(x.shape)
+            return self.weight * h
         return self.weight * F.rms_norm(x.float(), d, None, self.eps).to(x.dtype)
 
     def reset_weight(self) -> None:

@@ -1,7 +1,9 @@
-"""Where a many-row GPU step's elementwise work takes one Triton launch (`triton_rows`) instead of
-torch's several: silu(gate) * up and rope, on CUDA bf16 tensors in eager mode. Each returns None where
-it does not apply (the caller runs torch's ops): on the CPU, in other dtypes, inside torch.compile
-(inductor fuses these itself), without triton, or with AUGURY_TRITON_ROWS=0 (A/B measurements)."""
+"""Where a many-row GPU step's elementwise work takes fewer launches than torch's eager ops, with the
+same bits: silu(gate) * up, rope and RMSNorm's weight product in one Triton launch each (`triton_rows`),
+and RMSNorm's statistics straight on the bf16 rows (torch's kernel reads them in float32 either way:
+checked bitwise on the H200, `docs/data/gpu27`), on CUDA bf16 tensors in eager mode. Each returns None
+(or False) where it does not apply and the caller runs torch's ops: on the CPU, in other dtypes, inside
+torch.compile (inductor fuses these itself), without triton, or with AUGURY_TRITON_ROWS=0 (A/B runs)."""
 
 from __future__ import annotations
 
@@ -39,3 +41,15 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor 
     if not _eligible(x) or (k := _kernels()) is None or not k.rope_supported(x, cos, sin):
         return None
     return k.rope(x, cos, sin)
+
+
+def mul_rows(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """w * h (h [T, D], w [D]) or None (see the module)."""
+    if not _eligible(h) or (k := _kernels()) is None or not k.mul_rows_supported(h, w):
+        return None
+    return k.mul_rows(h, w)
+
+
+def norm_in_dtype(x: torch.Tensor) -> bool:
+    """Whether F.rms_norm may read x in its own dtype instead of a float32 copy (see the module)."""
+    return _eligible(x) and os.environ.get("AUGURY_TRITON_ROWS", "1") != "0"

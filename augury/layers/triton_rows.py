@@ -2,7 +2,7 @@
 
 Eager torch runs `silu(gate) * up` over the fused gate/up output as two kernels on its strided halves
 (torch's non-vectorized elementwise path), and rope's `x * cos + roll(x, D/2) * sin` as four more
-(the roll, two broadcast products, the sum). In a bf16 1k-token Llama-3-8B prefill on the H200 those
+(the roll, two broadcast products, the sum), and RMSNorm's `weight * h` through its strided broadcast path. In a bf16 1k-token Llama-3-8B prefill on the H200 those
 took ~5 ms of ~28 ms of kernels (`docs/data/gpu27/call1-prefill1.log`); here each is one pass that
 reads its inputs once and writes its output once.
 
@@ -36,6 +36,12 @@ def silu_mul_supported(gu: torch.Tensor) -> bool:
     """gu [T, 2I] bf16 with unit column stride, on a CUDA device (or the interpreter)."""
     return (_on_device(gu) and gu.dim() == 2 and gu.dtype == torch.bfloat16 and gu.stride(-1) == 1
             and gu.shape[1] % 2 == 0 and gu.shape[0] > 0)
+
+
+def mul_rows_supported(h: torch.Tensor, w: torch.Tensor) -> bool:
+    """h [T, D] bf16 with unit column stride and w [D] bf16 contiguous, on a CUDA device (or the interpreter)."""
+    return (_on_device(h) and h.dim() == 2 and h.dtype == torch.bfloat16 and h.stride(-1) == 1 and h.shape[0] > 0
+            and w.dim() == 1 and w.dtype == torch.bfloat16 and w.shape[0] == h.shape[1] and w.stride(0) == 1)
 
 
 def rope_supported(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -72,6 +78,29 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     out = torch.empty((T, inter), dtype=gu.dtype, device=gu.device)
     _silu_mul_kernel[(T, triton.cdiv(inter, SILU_BLOCK))](gu, out, inter, gu.stride(0), out.stride(0),
                                                           BLOCK=SILU_BLOCK, LIBDEVICE=os.environ.get("TRITON_INTERPRET") != "1", num_warps=4)
+    return out
+
+
+@triton.jit
+def _mul_rows_kernel(h_ptr, w_ptr, out_ptr, D, s_h, s_out, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < D
+    h = tl.load(h_ptr + t * s_h + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * s_out + cols, _rnd(w * h, tl.bfloat16).to(tl.bfloat16), mask=ok)
+
+
+def mul_rows(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """w * h for h [T, D] and a row of weights w [D] (RMSNorm's scale), bitwise torch's bf16 product: torch
+    broadcasts w through its strided elementwise path, ~2.5x the bytes' time for an 8B prefill's rows."""
+    if not mul_rows_supported(h, w):
+        raise ValueError(f"mul_rows: h [T, D] and w [D], bf16 on a CUDA device with unit column stride; got "
+                         f"{tuple(h.shape)} {h.dtype}, {tuple(w.shape)} {w.dtype} on {h.device}")
+    T, D = h.shape
+    out = torch.empty((T, D), dtype=h.dtype, device=h.device)
+    _mul_rows_kernel[(T, triton.cdiv(D, SILU_BLOCK))](h, w, out, D, h.stride(0), out.stride(0), BLOCK=SILU_BLOCK,
+                                                      num_warps=4)
     return out
 
 

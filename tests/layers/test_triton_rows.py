@@ -17,6 +17,7 @@ CPU, FRESH = interpreter()
 
 from augury.layers import row_ops, triton_rows as tr  # noqa: E402
 from augury.layers.mlp import GatedMLP  # noqa: E402
+from augury.layers.norm import RMSNorm  # noqa: E402
 from augury.layers.rope import apply_rope  # noqa: E402
 
 here = pytest.mark.skipif(not FRESH, reason="triton was imported before the interpreter was on: test_in_fresh_process runs these")
@@ -73,11 +74,21 @@ def test_rope_is_apply_ropes_torch_ops_bitwise(T, n, D):
 
 
 @here
+@pytest.mark.parametrize("T,D", [(1, 64), (9, 576), (3, tr.SILU_BLOCK + 40)])
+def test_mul_rows_is_torchs_broadcast_product_bitwise(T, D):
+    h = _rand(T, D + 8, seed=T + D)[:, :D]  # strided rows
+    w = _rand(D, seed=5, scale=1.0)
+    assert torch.equal(tr.mul_rows(h, w), w * h)
+
+
+@here
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="silu_mul"):
         tr.silu_mul(_rand(2, 7))
     with pytest.raises(ValueError, match="silu_mul"):
         tr.silu_mul(_rand(2, 8).float())
+    with pytest.raises(ValueError, match="mul_rows"):
+        tr.mul_rows(_rand(2, 8), _rand(7))
     with pytest.raises(ValueError, match="power of two"):
         tr.rope(_rand(2, 3, 48), _rand(2, 1, 48), _rand(2, 1, 48))
 
@@ -87,6 +98,7 @@ def test_row_ops_leave_cpu_and_other_dtypes_to_torch():
     x = torch.randn(3, 2, 64).to(BF)
     assert row_ops.silu_mul(torch.randn(3, 64).to(BF)) is None
     assert row_ops.rope(x, x[:, :1], x[:, :1]) is None
+    assert row_ops.mul_rows(x[:, 0], x[0, 0]) is None and not row_ops.norm_in_dtype(x)
 
 
 @cuda_only
@@ -121,6 +133,34 @@ def test_mlp_and_apply_rope_equal_torchs_path_on_a_prefill_shape(monkeypatch):
             monkeypatch.delenv("AUGURY_TRITON_ROWS")
             row_ops._kernels.cache_clear()
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+
+
+def _rows_off(monkeypatch, fn):
+    monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
+    row_ops._kernels.cache_clear()
+    try:
+        return fn()
+    finally:
+        monkeypatch.delenv("AUGURY_TRITON_ROWS")
+        row_ops._kernels.cache_clear()
+
+
+@cuda_only
+@here
+@pytest.mark.parametrize("shape,wshape,scale", [((1024, 4096), (4096,), 1.0), ((7, 576), (576,), 30.0),
+                                                ((300, 640), (640,), 1e-3), ((5, 12, 128), (128,), 3.0),
+                                                ((5, 12, 128), (12, 128), 3.0)])
+def test_rms_norm_on_the_bf16_rows_is_the_float32_copys_bitwise(monkeypatch, shape, wshape, scale):
+    # RMSNorm reads bf16 rows straight (and scales them in one launch) on the GPU: torch's own steps' bits
+    norm = RMSNorm(wshape, 1e-5, device=DEV, dtype=BF)
+    with torch.no_grad():
+        norm.weight.copy_(_rand(*wshape, seed=3, scale=1.0))
+    x = _rand(*shape[:-1], shape[-1] + 64, seed=len(shape), scale=scale)[..., : shape[-1]]  # strided rows too
+    for inp in (x, x.contiguous()):
+        assert row_ops.norm_in_dtype(inp)
+        fast = norm(inp)
+        assert torch.equal(fast, _rows_off(monkeypatch, lambda: norm(inp)))
+        assert torch.equal(fast, norm.weight * F.rms_norm(inp.float(), shape[-1:], None, 1e-5).to(BF))
 
 
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
