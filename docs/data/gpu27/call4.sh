@@ -6,7 +6,7 @@ T0=$(date +%s); left() { echo $(( ${BUDGET:-500} - ($(date +%s) - T0) )); }
 timeout 150 python -m pytest -q tests/layers/test_triton_rows.py tests/engine/test_cuda_graphs.py \
   -p no:cacheprovider > $OUT/pytest4.txt 2>&1; grep -E "passed|failed|Error" $OUT/pytest4.txt | tail -5
 AUGURY_TEST_DEVICE=cuda timeout 100 python -m pytest -q tests/models tests/layers/test_rope.py -p no:cacheprovider \
-  > $OUT/pytest4-models.txt 2>&1; grep -E "passed|failed|Error" $OUT/pytest4-models.txt | tail -5
+  >> $OUT/pytest4.txt 2>&1; grep -E "passed|failed|Error" $OUT/pytest4.txt | tail -5
 ROUNDS=3 timeout 180 python docs/data/gpu27/rows_ab.py llama3-8b cuda > $OUT/rows_ab4.log 2>&1
 grep -v Warn $OUT/rows_ab4.log | tail -22
 timeout 150 python docs/data/gpu27/prefill_gaps.py llama3-8b cuda > $OUT/gaps.log 2>&1
