@@ -3,7 +3,8 @@ same bits: silu(gate) * up, rope and RMSNorm's weight product in one Triton laun
 and RMSNorm's statistics straight on the bf16 rows (torch's kernel reads them in float32 either way:
 checked bitwise on the H200, `docs/data/gpu27`), on CUDA bf16 tensors in eager mode. Each returns None
 (or False) where it does not apply and the caller runs torch's ops: on the CPU, in other dtypes, inside
-torch.compile (inductor fuses these itself), without triton, or with AUGURY_TRITON_ROWS=0 (A/B runs)."""
+torch.compile (inductor fuses these itself), without triton, or switched off: AUGURY_TRITON_ROWS=0 turns
+every step off, a comma list (of silu_mul, rope, mul_rows, norm) keeps only those on (A/B runs)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,40 @@ import os
 import torch
 
 
+STEPS = ("silu_mul", "rope", "mul_rows", "norm")
+
+
 @functools.cache
-def _kernels():
-    if os.environ.get("AUGURY_TRITON_ROWS", "1") == "0":
-        return None
+def _on() -> frozenset:
+    """The steps switched on by AUGURY_TRITON_ROWS (re-read after `reset()`)."""
+    v = os.environ.get("AUGURY_TRITON_ROWS", "1").strip()
+    if v in ("1", ""):
+        return frozenset(STEPS)
+    if v == "0":
+        return frozenset()
+    steps = frozenset(x.strip() for x in v.split(",") if x.strip())
+    if not steps <= set(STEPS):
+        raise ValueError(f"AUGURY_TRITON_ROWS={v!r}: 0, 1 or a comma list of {', '.join(STEPS)}")
+    return steps
+
+
+@functools.cache
+def _module():
     try:
         from augury.layers import triton_rows
     except ImportError:
         return None
     return triton_rows
+
+
+def _kernels(step: str = "silu_mul"):
+    """triton_rows when `step` is on and triton imports, else None."""
+    return _module() if step in _on() else None
+
+
+def reset() -> None:
+    """Re-read AUGURY_TRITON_ROWS (tests and A/B scripts switch steps within one process)."""
+    _on.cache_clear()
 
 
 def _eligible(t: torch.Tensor) -> bool:
@@ -38,18 +64,18 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor | None:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
     """`rope.apply_rope(x, cos, sin)` or None (see the module)."""
-    if not _eligible(x) or (k := _kernels()) is None or not k.rope_supported(x, cos, sin):
+    if not _eligible(x) or (k := _kernels("rope")) is None or not k.rope_supported(x, cos, sin):
         return None
     return k.rope(x, cos, sin)
 
 
 def mul_rows(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
     """w * h (h [T, D], w [D]) or None (see the module)."""
-    if not _eligible(h) or (k := _kernels()) is None or not k.mul_rows_supported(h, w):
+    if not _eligible(h) or (k := _kernels("mul_rows")) is None or not k.mul_rows_supported(h, w):
         return None
     return k.mul_rows(h, w)
 
 
 def norm_in_dtype(x: torch.Tensor) -> bool:
     """Whether F.rms_norm may read x in its own dtype instead of a float32 copy (see the module)."""
-    return _eligible(x) and os.environ.get("AUGURY_TRITON_ROWS", "1") != "0"
+    return _eligible(x) and "norm" in _on()

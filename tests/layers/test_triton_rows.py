@@ -101,6 +101,24 @@ def test_row_ops_leave_cpu_and_other_dtypes_to_torch():
     assert row_ops.mul_rows(x[:, 0], x[0, 0]) is None and not row_ops.norm_in_dtype(x)
 
 
+def test_the_switch_takes_0_1_or_a_list_of_steps(monkeypatch):
+    try:
+        monkeypatch.setenv("AUGURY_TRITON_ROWS", "silu_mul, rope")
+        row_ops.reset()
+        assert row_ops._kernels("rope") is tr and row_ops._kernels("mul_rows") is None
+        monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
+        row_ops.reset()
+        assert all(row_ops._kernels(s) is None for s in row_ops.STEPS)
+        monkeypatch.setenv("AUGURY_TRITON_ROWS", "silu")
+        row_ops.reset()
+        with pytest.raises(ValueError, match="comma list of silu_mul, rope, mul_rows, norm"):
+            row_ops._kernels("rope")
+    finally:
+        monkeypatch.delenv("AUGURY_TRITON_ROWS")
+        row_ops.reset()
+    assert all(row_ops._kernels(s) is tr for s in row_ops.STEPS)
+
+
 @cuda_only
 @here
 def test_row_ops_take_the_kernels_on_cuda_bf16_only_and_can_be_switched_off(monkeypatch):
@@ -108,12 +126,12 @@ def test_row_ops_take_the_kernels_on_cuda_bf16_only_and_can_be_switched_off(monk
     assert torch.equal(row_ops.silu_mul(gu), _silu_mul_reference(gu))
     assert row_ops.silu_mul(gu.half()) is None
     monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-    row_ops._kernels.cache_clear()
+    row_ops.reset()
     try:
         assert row_ops.silu_mul(gu) is None
     finally:
         monkeypatch.delenv("AUGURY_TRITON_ROWS")
-        row_ops._kernels.cache_clear()
+        row_ops.reset()
 
 
 @cuda_only
@@ -126,23 +144,23 @@ def test_mlp_and_apply_rope_equal_torchs_path_on_a_prefill_shape(monkeypatch):
     with torch.inference_mode():
         fast = mlp(x), apply_rope(qk, cos, sin)
         monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-        row_ops._kernels.cache_clear()
+        row_ops.reset()
         try:
             slow = mlp(x), apply_rope(qk, cos, sin)
         finally:
             monkeypatch.delenv("AUGURY_TRITON_ROWS")
-            row_ops._kernels.cache_clear()
+            row_ops.reset()
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
 
 
 def _rows_off(monkeypatch, fn):
     monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-    row_ops._kernels.cache_clear()
+    row_ops.reset()
     try:
         return fn()
     finally:
         monkeypatch.delenv("AUGURY_TRITON_ROWS")
-        row_ops._kernels.cache_clear()
+        row_ops.reset()
 
 
 @cuda_only

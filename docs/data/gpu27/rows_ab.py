@@ -1,6 +1,6 @@
 """The many-row Triton steps (`layers/triton_rows.py`: silu * up, rope) on and off in one engine (row_ops'
 switch, AUGURY_TRITON_ROWS, re-read between rounds): greedy tokens of three prompts equal; bf16 1k-token
-prefill rate alternating off/on over rounds (median of 6 each); then one profiled prefill with them on."""
+prefill rate of each switch setting in VARIANTS, interleaved over rounds (median of 6 each); then one profiled prefill with them on."""
 import os
 import statistics
 import sys
@@ -23,9 +23,12 @@ n_params = sum(p.numel() for p in e.loaded.model.parameters()) - e.loaded.model.
 V = e.model_config.vocab_size
 
 
-def switch(on: bool) -> None:
-    os.environ["AUGURY_TRITON_ROWS"] = "1" if on else "0"
-    row_ops._kernels.cache_clear()
+VARIANTS = os.environ.get("VARIANTS", "0;1").split(";")  # AUGURY_TRITON_ROWS values, interleaved by round
+
+
+def switch(v) -> None:
+    os.environ["AUGURY_TRITON_ROWS"] = v if isinstance(v, str) else ("1" if v else "0")
+    row_ops.reset()
 
 
 def prompts(seed: int, n: int, length: int) -> list[list[int]]:
@@ -53,14 +56,14 @@ def prefill_ms(seed: int, reps: int = 6) -> float:
     return statistics.median(ts[1:]) * 1e3
 
 
-res = {False: [], True: []}
+res = {v: [] for v in VARIANTS}
 for r in range(ROUNDS):
-    for on in (False, True):
-        switch(on)
-        res[on].append(prefill_ms(100 + r))
-for on in (False, True):
-    ms = statistics.median(res[on])
-    print(f"kernels {'on ' if on else 'off'}: prefill 1k ms per round {[round(x, 2) for x in res[on]]}; "
+    for v in VARIANTS:
+        switch(v)
+        res[v].append(prefill_ms(100 + r))
+for v in VARIANTS:
+    ms = statistics.median(res[v])
+    print(f"AUGURY_TRITON_ROWS={v}: prefill 1k ms per round {[round(x, 2) for x in res[v]]}; median "
           f"{1024 / ms * 1e3:,.0f} tok/s, {2 * n_params * 1024 / (ms / 1e3) / mm:.4f} of {mm / 1e12:.0f} TFLOP/s")
 switch(True)
 p = prompts(999, 1, 1024)[0]
