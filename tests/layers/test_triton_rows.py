@@ -93,6 +93,16 @@ def test_bad_arguments_are_clear_errors():
         tr.rope(_rand(2, 3, 48), _rand(2, 1, 48), _rand(2, 1, 48))
 
 
+def _rows_off(monkeypatch, fn):
+    monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
+    row_ops.reset()
+    try:
+        return fn()
+    finally:
+        monkeypatch.delenv("AUGURY_TRITON_ROWS")
+        row_ops.reset()
+
+
 def test_row_ops_leave_cpu_and_other_dtypes_to_torch():
     # even with TRITON_INTERPRET=1 set by this module, a CPU forward keeps torch's ops
     x = torch.randn(3, 2, 64).to(BF)
@@ -125,13 +135,7 @@ def test_row_ops_take_the_kernels_on_cuda_bf16_only_and_can_be_switched_off(monk
     gu = _rand(6, 512, seed=9)
     assert torch.equal(row_ops.silu_mul(gu), _silu_mul_reference(gu))
     assert row_ops.silu_mul(gu.half()) is None
-    monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-    row_ops.reset()
-    try:
-        assert row_ops.silu_mul(gu) is None
-    finally:
-        monkeypatch.delenv("AUGURY_TRITON_ROWS")
-        row_ops.reset()
+    assert _rows_off(monkeypatch, lambda: row_ops.silu_mul(gu)) is None
 
 
 @cuda_only
@@ -143,24 +147,8 @@ def test_mlp_and_apply_rope_equal_torchs_path_on_a_prefill_shape(monkeypatch):
     qk = _rand(300, 40, 128, seed=7)[:, :36]
     with torch.inference_mode():
         fast = mlp(x), apply_rope(qk, cos, sin)
-        monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-        row_ops.reset()
-        try:
-            slow = mlp(x), apply_rope(qk, cos, sin)
-        finally:
-            monkeypatch.delenv("AUGURY_TRITON_ROWS")
-            row_ops.reset()
+        slow = _rows_off(monkeypatch, lambda: (mlp(x), apply_rope(qk, cos, sin)))
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
-
-
-def _rows_off(monkeypatch, fn):
-    monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
-    row_ops.reset()
-    try:
-        return fn()
-    finally:
-        monkeypatch.delenv("AUGURY_TRITON_ROWS")
-        row_ops.reset()
 
 
 @cuda_only
