@@ -50,7 +50,8 @@ class RMSNorm(nn.Module):
             return F.rms_norm(x, d, self.weight, self.eps)  # one dispatch, bit-identical to HF's steps
         if row_ops.norm_in_dtype(x):
             # a GPU bf16 step: torch's kernel accumulates in float32 from bf16 rows as from their float32
-            # copy (same bits), so the copy and the cast back are two launches saved
+            # copy (same bits), so the copy and the cast back are two launches saved; the weight product
+            # takes one Triton launch only where row_ops' mul_rows step is switched on (opt-in)
             h = F.rms_norm(x, d, None, self.eps)
             if self.weight.dim() == 1 and (y := row_ops.mul_rows(h.reshape(-1, d[0]), self.weight)) is not None:
                 return y.view(x.shape)

@@ -1,10 +1,10 @@
 """Where a many-row GPU step's elementwise work takes fewer launches than torch's eager ops, with the
-same bits: silu(gate) * up, rope and RMSNorm's weight product in one Triton launch each (`triton_rows`),
+same bits: silu(gate) * up, rope and (opt-in) RMSNorm's weight product in one Triton launch each (`triton_rows`),
 and RMSNorm's statistics straight on the bf16 rows (torch's kernel reads them in float32 either way:
 checked bitwise on the H200, `docs/data/gpu27`), on CUDA bf16 tensors in eager mode. Each returns None
 (or False) where it does not apply and the caller runs torch's ops: on the CPU, in other dtypes, inside
-torch.compile (inductor fuses these itself), without triton, or switched off: AUGURY_TRITON_ROWS=0 turns
-every step off, a comma list (of silu_mul, rope, mul_rows, norm) keeps only those on (A/B runs)."""
+torch.compile (inductor fuses these itself), without triton, or switched off. AUGURY_TRITON_ROWS: unset, every
+step but mul_rows (`DEFAULT`); 0 none; 1 all four; or a comma list of silu_mul, rope, mul_rows, norm (A/B runs)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,20 @@ import torch
 
 
 STEPS = ("silu_mul", "rope", "mul_rows", "norm")
+# on unless AUGURY_TRITON_ROWS says otherwise. mul_rows is opt-in: its GPU time is a third of torch's broadcast
+# product, but each eager launch pays Triton's Python launcher for a ~7 us saving, and an eager 8B prefill is
+# partly host-bound: 32.5k tok/s with it against 35.1k without (B=64 decode in CUDA graphs: 67.9% against 67.1%
+# of its limit, one run each; docs/benchmarks.md, twenty-seventh session)
+DEFAULT = frozenset(("silu_mul", "rope", "norm"))
 
 
 @functools.cache
 def _on() -> frozenset:
     """The steps switched on by AUGURY_TRITON_ROWS (re-read after `reset()`)."""
-    v = os.environ.get("AUGURY_TRITON_ROWS", "1").strip()
-    if v in ("1", ""):
+    v = os.environ.get("AUGURY_TRITON_ROWS", "").strip()
+    if v == "":
+        return DEFAULT
+    if v == "1":
         return frozenset(STEPS)
     if v == "0":
         return frozenset()

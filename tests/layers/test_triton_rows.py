@@ -6,6 +6,8 @@ own CUDA kernels (the interpreter's exp is numpy's, so there silu is checked aga
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -93,13 +95,24 @@ def test_bad_arguments_are_clear_errors():
         tr.rope(_rand(2, 3, 48), _rand(2, 1, 48), _rand(2, 1, 48))
 
 
+@pytest.fixture(autouse=True)
+def _reread_the_switch():
+    yield
+    row_ops.reset()  # monkeypatch restores AUGURY_TRITON_ROWS after the test; the cached steps follow it
+
+
 def _rows_off(monkeypatch, fn):
+    """fn() with every step off, then the switch as it was."""
+    before = os.environ.get("AUGURY_TRITON_ROWS")
     monkeypatch.setenv("AUGURY_TRITON_ROWS", "0")
     row_ops.reset()
     try:
         return fn()
     finally:
-        monkeypatch.delenv("AUGURY_TRITON_ROWS")
+        if before is None:
+            monkeypatch.delenv("AUGURY_TRITON_ROWS")
+        else:
+            monkeypatch.setenv("AUGURY_TRITON_ROWS", before)
         row_ops.reset()
 
 
@@ -123,10 +136,15 @@ def test_the_switch_takes_0_1_or_a_list_of_steps(monkeypatch):
         row_ops.reset()
         with pytest.raises(ValueError, match="comma list of silu_mul, rope, mul_rows, norm"):
             row_ops._kernels("rope")
+        monkeypatch.setenv("AUGURY_TRITON_ROWS", "1")
+        row_ops.reset()
+        assert all(row_ops._kernels(s) is tr for s in row_ops.STEPS)
     finally:
         monkeypatch.delenv("AUGURY_TRITON_ROWS")
         row_ops.reset()
-    assert all(row_ops._kernels(s) is tr for s in row_ops.STEPS)
+    # unset: every step but the weight product (host-bound eager prefills ran slower with it)
+    assert row_ops._kernels("mul_rows") is None
+    assert all(row_ops._kernels(s) is tr for s in ("silu_mul", "rope", "norm"))
 
 
 @cuda_only
@@ -156,8 +174,11 @@ def test_mlp_and_apply_rope_equal_torchs_path_on_a_prefill_shape(monkeypatch):
 @pytest.mark.parametrize("shape,wshape,scale", [((1024, 4096), (4096,), 1.0), ((7, 576), (576,), 30.0),
                                                 ((300, 640), (640,), 1e-3), ((5, 12, 128), (128,), 3.0),
                                                 ((5, 12, 128), (12, 128), 3.0)])
-def test_rms_norm_on_the_bf16_rows_is_the_float32_copys_bitwise(monkeypatch, shape, wshape, scale):
+@pytest.mark.parametrize("steps", ["", "1"])  # the default (no weight-product kernel) and all steps
+def test_rms_norm_on_the_bf16_rows_is_the_float32_copys_bitwise(monkeypatch, shape, wshape, scale, steps):
     # RMSNorm reads bf16 rows straight (and scales them in one launch) on the GPU: torch's own steps' bits
+    monkeypatch.setenv("AUGURY_TRITON_ROWS", steps)
+    row_ops.reset()
     norm = RMSNorm(wshape, 1e-5, device=DEV, dtype=BF)
     with torch.no_grad():
         norm.weight.copy_(_rand(*wshape, seed=3, scale=1.0))
