@@ -47,7 +47,7 @@ def _module():
     return triton_rows
 
 
-def _kernels(step: str = "silu_mul"):
+def _kernels(step: str):
     """triton_rows when `step` is on and triton imports, else None."""
     return _module() if step in _on() else None
 
@@ -64,7 +64,7 @@ def _eligible(t: torch.Tensor) -> bool:
 
 def silu_mul(gu: torch.Tensor) -> torch.Tensor | None:
     """gu [T, 2I] = [gate | up] -> F.silu(gate) * up, or None (see the module)."""
-    if not _eligible(gu) or (k := _kernels()) is None or not k.silu_mul_supported(gu):
+    if not _eligible(gu) or (k := _kernels("silu_mul")) is None or not k.silu_mul_supported(gu):
         return None
     return k.silu_mul(gu)
 

@@ -307,6 +307,15 @@ def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOC
 
 
 @triton.jit
+def _rotate_halves(a, b, c_lo, c_hi, s_lo, s_hi, dt: tl.constexpr):
+    """`apply_rope`'s x * cos + roll(x, D/2) * sin_signed on the halves a = x[j], b = x[j + D/2] (fp32 values
+    of `dt` entries) -> (rotated x[j], rotated x[j + D/2]) in `dt`, each op rounded to `dt` as eager runs it."""
+    lo = _rnd(_rnd(a * c_lo, dt) + _rnd(b * s_lo, dt), dt).to(dt)
+    hi = _rnd(_rnd(b * c_hi, dt) + _rnd(a * s_hi, dt), dt).to(dt)
+    return lo, hi
+
+
+@triton.jit
 def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
     """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
@@ -321,8 +330,7 @@ def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot
     c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
     s_lo = tl.load(sin_ptr + d).to(tl.float32)
     s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
-    r_lo = _rnd(_rnd(a32 * c_lo, dt) + _rnd(b32 * s_lo, dt), dt).to(dt)
-    r_hi = _rnd(_rnd(b32 * c_hi, dt) + _rnd(a32 * s_hi, dt), dt).to(dt)
+    r_lo, r_hi = _rotate_halves(a32, b32, c_lo, c_hi, s_lo, s_hi, dt)
     slot = tl.load(slot_ptr).to(tl.int64)
     hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
     is_q = hv < n_q

@@ -2,9 +2,10 @@
 
 Eager torch runs `silu(gate) * up` over the fused gate/up output as two kernels on its strided halves
 (torch's non-vectorized elementwise path), and rope's `x * cos + roll(x, D/2) * sin` as four more
-(the roll, two broadcast products, the sum), and RMSNorm's `weight * h` through its strided broadcast path. In a bf16 1k-token Llama-3-8B prefill on the H200 those
-took ~5 ms of ~28 ms of kernels (`docs/data/gpu27/call1-prefill1.log`); here each is one pass that
-reads its inputs once and writes its output once.
+(the roll, two broadcast products, the sum), and RMSNorm's `weight * h` through its strided broadcast
+path. In a bf16 1k-token Llama-3-8B prefill on the H200 those took ~5 ms of ~28 ms of kernels
+(`docs/data/gpu27/call1-prefill1.log`); here each is one pass that reads its inputs once and writes its
+output once.
 
 Bitwise torch's eager bf16 result: every op rounds to bf16 where torch's does (`triton_gemv._rnd`,
 integer rounding the compiler cannot fold away). A product of two bf16 values is exact in float32,
@@ -23,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from augury.layers.triton_gemv import _rnd
+from augury.layers.triton_gemv import _rnd, _rotate_halves
 
-SILU_BLOCK = 1024  # columns of one row a program takes
+ROW_BLOCK = 1024  # columns of one row a program takes (silu_mul, mul_rows)
 
 
 def _on_device(t: torch.Tensor) -> bool:
@@ -76,8 +77,9 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     T, two_i = gu.shape
     inter = two_i // 2
     out = torch.empty((T, inter), dtype=gu.dtype, device=gu.device)
-    _silu_mul_kernel[(T, triton.cdiv(inter, SILU_BLOCK))](gu, out, inter, gu.stride(0), out.stride(0),
-                                                          BLOCK=SILU_BLOCK, LIBDEVICE=os.environ.get("TRITON_INTERPRET") != "1", num_warps=4)
+    libdevice = os.environ.get("TRITON_INTERPRET") != "1"  # the interpreter has no libdevice
+    _silu_mul_kernel[(T, triton.cdiv(inter, ROW_BLOCK))](gu, out, inter, gu.stride(0), out.stride(0),
+                                                         BLOCK=ROW_BLOCK, LIBDEVICE=libdevice, num_warps=4)
     return out
 
 
@@ -99,7 +101,7 @@ def mul_rows(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
                          f"{tuple(h.shape)} {h.dtype}, {tuple(w.shape)} {w.dtype} on {h.device}")
     T, D = h.shape
     out = torch.empty((T, D), dtype=h.dtype, device=h.device)
-    _mul_rows_kernel[(T, triton.cdiv(D, SILU_BLOCK))](h, w, out, D, h.stride(0), out.stride(0), BLOCK=SILU_BLOCK,
+    _mul_rows_kernel[(T, triton.cdiv(D, ROW_BLOCK))](h, w, out, D, h.stride(0), out.stride(0), BLOCK=ROW_BLOCK,
                                                       num_warps=4)
     return out
 
@@ -118,9 +120,7 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, n, s_xt, s_xn, s_ct, s_st,
     c_hi = tl.load(cos_ptr + t * s_ct + HALF + d).to(tl.float32)[None, :]
     s_lo = tl.load(sin_ptr + t * s_st + d).to(tl.float32)[None, :]
     s_hi = tl.load(sin_ptr + t * s_st + HALF + d).to(tl.float32)[None, :]
-    bf = tl.bfloat16
-    lo = _rnd(_rnd(a * c_lo, bf) + _rnd(b * s_lo, bf), bf).to(bf)
-    hi = _rnd(_rnd(b * c_hi, bf) + _rnd(a * s_hi, bf), bf).to(bf)
+    lo, hi = _rotate_halves(a, b, c_lo, c_hi, s_lo, s_hi, tl.bfloat16)
     dst = out_ptr + (t * n + heads[:, None].to(tl.int64)) * (2 * HALF) + d[None, :]
     tl.store(dst, lo, mask=ok)
     tl.store(dst + HALF, hi, mask=ok)

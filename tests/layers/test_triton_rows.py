@@ -49,7 +49,7 @@ def _torch_rope(x, cos, sin):
 
 
 @here
-@pytest.mark.parametrize("T,inter", [(1, 64), (5, 1000), (3, 2 * tr.SILU_BLOCK + 8)])
+@pytest.mark.parametrize("T,inter", [(1, 64), (5, 1000), (3, 2 * tr.ROW_BLOCK + 8)])
 def test_silu_mul_is_torchs_bitwise(T, inter):
     gu = _rand(T, 2 * inter, seed=T * inter)
     gu[0, :4] = torch.tensor([0.0, -0.0, 80.0, -80.0], dtype=BF)  # zeros, saturated exp both ways
@@ -76,7 +76,7 @@ def test_rope_is_apply_ropes_torch_ops_bitwise(T, n, D):
 
 
 @here
-@pytest.mark.parametrize("T,D", [(1, 64), (9, 576), (3, tr.SILU_BLOCK + 40)])
+@pytest.mark.parametrize("T,D", [(1, 64), (9, 576), (3, tr.ROW_BLOCK + 40)])
 def test_mul_rows_is_torchs_broadcast_product_bitwise(T, D):
     h = _rand(T, D + 8, seed=T + D)[:, :D]  # strided rows
     w = _rand(D, seed=5, scale=1.0)
