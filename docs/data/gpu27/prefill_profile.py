@@ -9,7 +9,7 @@ from augury.engine.engine import Engine
 from augury.engine.types import SamplingParams
 import sys
 
-SHAPE, DEV = (sys.argv[1:] + ["llama3-8b", "cuda"])[:2] if len(sys.argv) < 3 else sys.argv[1:3]
+SHAPE, DEV = (sys.argv[1:] + ["llama3-8b", "cuda"])[:2]
 dev = torch.device(DEV)
 mm = matmul_rate(dev, 1024 if dev.type == "cpu" else 8192)
 e = Engine.from_random(SHAPE, device=DEV, dtype="bfloat16", weights="native", progress=False, max_num_seqs=64,
