@@ -251,3 +251,41 @@ def test_softcap_and_unsupported_dtypes_keep_the_torch_path(monkeypatch):
         paged_attention(q, k, v, kp, vp, gm, 0.25, 30.0)
         paged_attention(q.half(), k.half(), v.half(), kp.half(), vp.half(), gm, 0.25, None)
     assert calls == []
+
+
+_PREFETCH_CHILD = r"""
+import sys, torch
+from augury.cpu_kernels import load
+assert load()
+args = torch.load(sys.argv[1])
+torch.save([torch.ops.augury_cpu.paged_attention_rows(*a) for a in args], sys.argv[2])
+"""
+
+
+def test_software_prefetch_changes_no_bit(tmp_path):
+    """The AVX-512 path asks for K and V rows ahead of use (AUGURY_ATTN_PREFETCH, read once per process):
+    a hint, so with it off (a child process) every output is bitwise the same. Shapes: rep 3 / 4 / 1 / 2
+    (every pass-3 tile size), D 64 and 128 (pass 3 in one or two column slices), keys across 16-key
+    blocks, float32 and bf16 pools."""
+    import subprocess
+    import sys
+
+    g = torch.Generator().manual_seed(11)
+    calls = []
+    for H, HKV, D, dtype in [(9, 3, 64, torch.float32), (4, 1, 128, torch.bfloat16), (2, 2, 64, torch.float32),
+                             (8, 4, 64, torch.bfloat16)]:
+        S = 80 * BS
+        kp, vp = (torch.randn(S, HKV, D, generator=g).to(dtype) for _ in range(2))
+        gather = torch.randperm(S, generator=g)[: 4 * 300].view(4, 300).contiguous()
+        rows = torch.tensor([[0, 0, 1], [1, 5, 40], [2, 0, 300], [3, 17, 150]], dtype=torch.int32)
+        q = torch.randn(4, H, D, generator=g)
+        calls.append((q, kp, vp, gather, rows, D ** -0.5, True))
+    here = [torch.ops.augury_cpu.paged_attention_rows(*a) for a in calls]
+    torch.save(calls, tmp_path / "in.pt")
+    import os
+
+    env = dict(os.environ, AUGURY_ATTN_PREFETCH="0")
+    subprocess.run([sys.executable, "-c", _PREFETCH_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                   check=True, env=env, timeout=600)
+    for a, b in zip(here, torch.load(tmp_path / "out.pt")):
+        assert torch.equal(a, b)
