@@ -86,6 +86,26 @@ void pair_scalar(const float* q, int rep, int64_t D, const KT* kp, const KT* vp,
   }
 }
 
+#if defined(AUGURY_ATTN_AVX512) || defined(AUGURY_ATTN_AVX2)
+// Software prefetch of the first `bytes` bytes of pool slots [j0, j1) from `base` (slot_bytes apart),
+// into L1, or into L2 where the rows are needed later. A decode step finds the pools cold (the layer's
+// weights streamed through the caches since the last step), and a head's rows alone are a strided
+// pattern the hardware prefetchers follow poorly.
+template <bool ToL2 = false>
+inline void prefetch_slots(const char* base, const int64_t* slots, int64_t j0, int64_t j1, int64_t slot_bytes,
+                           int64_t bytes) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* row = base + slots[j] * slot_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) {
+      if constexpr (ToL2)
+        _mm_prefetch(row + b, _MM_HINT_T1);
+      else
+        _mm_prefetch(row + b, _MM_HINT_T0);
+    }
+  }
+}
+#endif
+
 #ifdef AUGURY_ATTN_AVX512
 // ---------------------------------------------------------------------------------------------
 // AVX-512 path.
@@ -165,14 +185,14 @@ template <typename KT>
 void scores16(const float* q, int64_t D, const KT* kp, const int64_t* slots, int64_t L, int64_t slot_stride,
               float scale, __m512i perm, float* s, int64_t pf_bytes = 0, const KT* vpf = nullptr) {
   const __m512 vscale = _mm512_set1_ps(scale);
+  const int64_t slot_bytes = slot_stride * static_cast<int64_t>(sizeof(KT));
   for (int64_t j0 = 0; j0 < L; j0 += 16) {
     const int n = static_cast<int>(std::min<int64_t>(16, L - j0));
-    for (int64_t j = j0 + kPfKeys; pf_bytes && j < std::min(L, j0 + kPfKeys + 16); ++j)
-      for (int64_t b = 0; b < pf_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(kp + slots[j] * slot_stride) + b, _MM_HINT_T0);
-    for (int64_t j = j0; vpf && j < j0 + n; ++j)
-      for (int64_t b = 0; b < pf_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(vpf + slots[j] * slot_stride) + b, _MM_HINT_T1);
+    if (pf_bytes) {
+      prefetch_slots(reinterpret_cast<const char*>(kp), slots, j0 + kPfKeys, std::min(L, j0 + kPfKeys + 16),
+                     slot_bytes, pf_bytes);
+      if (vpf) prefetch_slots<true>(reinterpret_cast<const char*>(vpf), slots, j0, j0 + n, slot_bytes, pf_bytes);
+    }
     __m512 acc[16];
     for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d += 16) {
@@ -196,8 +216,8 @@ void pv_tile(const float* s, int64_t L, const KT* vp, const int64_t* slots, int6
   for (int64_t j = 0; j < L; ++j) {
     const KT* v = vp + slots[j] * slot_stride + d0;
     if (pf_bytes && j + kPfKeys < L)
-      for (int64_t b = 0; b < pf_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(vp + slots[j + kPfKeys] * slot_stride) + b, _MM_HINT_T0);
+      prefetch_slots(reinterpret_cast<const char*>(vp), slots, j + kPfKeys, j + kPfKeys + 1,
+                     slot_stride * static_cast<int64_t>(sizeof(KT)), pf_bytes);
     __m512 vv[NC];
     for (int c = 0; c < NC; ++c) vv[c] = load16(v + 16 * c);
     for (int r = 0; r < NR; ++r) {
@@ -222,20 +242,12 @@ void pv_heads(const float* s, int rep, int64_t L, const KT* vp, const int64_t* s
 template <typename KT>
 void pair_avx512(const float* q, int rep, int64_t D, const KT* kp, const KT* vp, const int64_t* slots, int64_t L,
                  int64_t slot_stride, float scale, __m512i perm, float* s, float* lsum, float* out, bool pf = false) {
-  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(KT));
-  if (pf) {
-    for (int64_t j = 0; j < std::min<int64_t>(L, kPfKeys); ++j)
-      for (int64_t b = 0; b < row_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(kp + slots[j] * slot_stride) + b, _MM_HINT_T0);
-  }
+  const int64_t esz = static_cast<int64_t>(sizeof(KT)), row_bytes = D * esz, slot_bytes = slot_stride * esz;
+  if (pf) prefetch_slots(reinterpret_cast<const char*>(kp), slots, 0, std::min(L, kPfKeys), slot_bytes, row_bytes);
   for (int r = 0; r < rep; ++r)
     scores16(q + r * D, D, kp, slots, L, slot_stride, scale, perm, s + r * L, pf && r == 0 ? row_bytes : 0,
              pf && r == 0 ? vp : nullptr);
-  if (pf) {
-    for (int64_t j = 0; j < std::min<int64_t>(L, kPfKeys); ++j)
-      for (int64_t b = 0; b < row_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(vp + slots[j] * slot_stride) + b, _MM_HINT_T0);
-  }
+  if (pf) prefetch_slots(reinterpret_cast<const char*>(vp), slots, 0, std::min(L, kPfKeys), slot_bytes, row_bytes);
   for (int r = 0; r < rep; ++r) {  // pass 2: max, exp, sum in 16-lane chunks from the row's first key
     float* sr = s + r * L;
     __m512 vm = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -374,18 +386,6 @@ void pv_heads8(const float* s, int rep, int64_t Lp, int64_t j0, int64_t j1, cons
   for (; r + 3 <= rep; r += 3) pv_tile8<3, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
   if (rep - r == 2) pv_tile8<2, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
   if (rep - r == 1) pv_tile8<1, NC>(s + r * Lp, Lp, j0, j1, vp, slots, slot_stride, d0, out + r * D, D);
-}
-
-// Software prefetch of whole pool slots [j0, j1) (every KV head's K or V row of each key: `bytes`
-// contiguous bytes a slot). A decode step finds the pools cold (the layer's weights streamed through
-// the caches since the last step), and a head's rows alone are a strided pattern the hardware
-// prefetchers follow poorly.
-inline void prefetch_slots(const char* base, const int64_t* slots, int64_t j0, int64_t j1, int64_t slot_bytes,
-                           int64_t bytes) {
-  for (int64_t j = j0; j < j1; ++j) {
-    const char* row = base + slots[j] * slot_bytes;
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
-  }
 }
 
 // Query heads [h0, h1) of one query row (head h reads KV head h / rep): the three passes of each

@@ -4,7 +4,10 @@ request's keys, and what CPU steps actually run when the library is loaded."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -267,9 +270,6 @@ def test_software_prefetch_changes_no_bit(tmp_path):
     a hint, so with it off (a child process) every output is bitwise the same. Shapes: rep 3 / 4 / 1 / 2
     (every pass-3 tile size), D 64 and 128 (pass 3 in one or two column slices), keys across 16-key
     blocks, float32 and bf16 pools."""
-    import subprocess
-    import sys
-
     g = torch.Generator().manual_seed(11)
     calls = []
     for H, HKV, D, dtype in [(9, 3, 64, torch.float32), (4, 1, 128, torch.bfloat16), (2, 2, 64, torch.float32),
@@ -282,8 +282,6 @@ def test_software_prefetch_changes_no_bit(tmp_path):
         calls.append((q, kp, vp, gather, rows, D ** -0.5, True))
     here = [torch.ops.augury_cpu.paged_attention_rows(*a) for a in calls]
     torch.save(calls, tmp_path / "in.pt")
-    import os
-
     env = dict(os.environ, AUGURY_ATTN_PREFETCH="0")
     subprocess.run([sys.executable, "-c", _PREFETCH_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
                    check=True, env=env, timeout=600)
