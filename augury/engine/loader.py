@@ -136,7 +136,7 @@ def load_model(cfg: EngineConfig) -> LoadedModel:
         if cfg.weights == "int4" and device.type == "cpu":
             from augury.layers.quant_linear import dense_prefill_pays, keep_dense_copies
 
-            # bf16 hardware: ~3x faster prefill for small models; elsewhere the int4 kernel is faster
+            # AMX, or no SIMD int4 kernel: dense copies for prefill; elsewhere the int4 kernel is faster
             kept = keep_dense_copies(model) if dense_prefill_pays() else 0
             if kept:
                 log.info("int4: keeping %.0f MiB of dense weight copies for prefill", kept / 2**20)

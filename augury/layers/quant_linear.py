@@ -33,9 +33,8 @@ _INT8_K_ALIGN = 16  # CPU `_weight_int8pack_mm` in bf16 is wrong for K % 16 != 0
 # AVX2 EPYC, SmolLM2's four product shapes: 0.42x the time at 8 rows, 0.66x at 16, 0.87x at 24, parity
 # at 32, 1.3-1.6x at 96-128 (docs/benchmarks.md, "Eighteenth session")
 INT8_DENSE_MIN_ROWS = 32
-# Int4 on CPU: the packed kernel's cost grows linearly from ~4 rows on; where the CPU multiplies bf16
-# in hardware, a bf16 dense copy of the weight is ~3x faster at prefill sizes (512 rows) and ~1.6x at
-# 16 (SmolLM2 shapes, an AVX-512 host); elsewhere no copy is kept (dense_prefill_pays)
+# Int4 on CPU: where a dense copy is kept (dense_prefill_pays: AMX, or no SIMD int4 kernel), steps of
+# this many rows and more multiply by it instead of the packed kernel
 INT4_DENSE_MIN_ROWS = 16
 _DENSE_CHUNK_ELEMS = 1 << 20  # dequantize ~2 MB of bf16 weight at a time so it stays in cache
 # bumped whenever an Int4Linear packs its weights or scales anew: holders of packed tensors
@@ -56,18 +55,23 @@ def cpu_dense_dtype() -> torch.dtype:
 
 def dense_prefill_pays() -> bool:
     """Whether a CPU int4 model keeps dense copies for prefill-sized inputs (`keep_dense_copies`):
-    only where the dense matmul runs bf16 in hardware, or augury's int4 kernel has no SIMD path.
-    On a 2-core AVX2-only EPYC, a SmolLM2 layer's four products through int4_mm's AVX2 path against
-    MKL's float32 matmul on the dense copy: 5.3x faster at 16 rows, 2.9x at 64, 1.6x at 512 (and the
-    float32 copy costs 4 bytes a weight: 540 MB for SmolLM2). Without the copy every row of every
-    step takes the same kernel, so prefill rows get decode's bits. Decided from the instruction set."""
+    only where the CPU has AMX tiles (oneDNN's bf16 matmul on them is a different class of speed;
+    not measured here), or augury's int4 kernel has no SIMD path. Measured against the copy, a
+    SmolLM2 layer's four products:
+    - 2-core AVX2-only EPYC, int4_mm's AVX2 path against MKL float32: 5.3x faster at 16 rows, 2.9x
+      at 64, 1.6x at 512;
+    - 2-core Zen 4 EPYC (AVX-512 VNNI and BF16, no AMX), int4_mm's VNNI path against oneDNN bf16:
+      2.1x at 16 rows, 1.45x at 64, 1.2x at 256-512 (docs/benchmarks.md, thirtieth session).
+    Without the copy every row of every step takes the same kernel, so prefill rows get decode's
+    bits, steps of 16+ rows (B=16 decode) take the native layer stack, and the copy's 2-4 bytes a
+    weight (212-540 MB for SmolLM2) are not spent. Decided from the instruction set."""
     isa = torch.ops.augury_cpu.int4_isa() if load() else None
-    return dense_copy_rule(cpu_dense_dtype() == torch.bfloat16, isa)
+    return dense_copy_rule(torch.cpu._is_amx_tile_supported(), isa)
 
 
-def dense_copy_rule(bf16_hardware: bool, int4_isa: str | None) -> bool:
+def dense_copy_rule(amx: bool, int4_isa: str | None) -> bool:
     """`dense_prefill_pays` from the facts it reads (int4_isa None: augury's kernels not built)."""
-    return bf16_hardware or int4_isa in (None, "portable")
+    return amx or int4_isa in (None, "portable")
 
 
 def _round_up(n: int, m: int) -> int:

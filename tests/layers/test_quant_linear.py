@@ -336,9 +336,9 @@ def test_the_default_dense_copy_is_float32_without_bf16_hardware(monkeypatch):
 
 
 def test_dense_prefill_copies_only_where_they_beat_the_int4_kernel(tmp_path):
-    """A CPU int4 model keeps dense copies for prefill only where the dense matmul has bf16 hardware
-    or augury's int4 kernel has no SIMD path (an AVX2 host: the AVX2 int4 kernel measured 1.6-5.3x
-    faster than MKL float32 on the copy, 16-512 rows); the engine loader follows the rule."""
+    """A CPU int4 model keeps dense copies for prefill only where the CPU has AMX or augury's int4
+    kernel has no SIMD path (the AVX2 kernel measured 1.6-5.3x faster than MKL float32 on the copy,
+    the VNNI one 1.2-2.1x faster than oneDNN bf16, 16-512 rows); the engine loader follows the rule."""
     from augury.engine.engine import Engine
     from augury.layers import quant_linear as ql
     from tests.conftest import make_tiny_hf_model
