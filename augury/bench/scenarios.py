@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -13,7 +14,8 @@ from augury.bench.options import BenchOptions
 from augury.bench.peers.base import Peer
 from augury.bench.prompts import batch_prompts, filler_ids, load_task_set
 from augury.bench.report import ScenarioReport, Target
-from augury.bench.runner import Measure, Sample, run_case
+from augury.bench.runner import CaseSpec, Measure, Sample, run_case, run_cases
+from augury.bench.stats import paired_ratios
 from augury.engine.threads import run_in_fresh_thread
 
 
@@ -100,7 +102,7 @@ def decode(s: Setup) -> ScenarioReport:
 
 def batch(s: Setup) -> ScenarioReport:
     o = s.opts
-    cases = []
+    specs = []
     for b in o.batch_sizes:
         prompts = batch_prompts(s.tokenizer, b, o.batch_prompt)
         series: dict[str, Measure] = {}
@@ -110,13 +112,19 @@ def batch(s: Setup) -> ScenarioReport:
             series[p.name] = _batch_measure(p, prompts, o.batch_tokens)
         if s.limit:
             series["limit"] = lambda b=b: s.limit.decode(b)
-        cases.append(run_case(f"B={b}", "tok/s", s.augury.name, series, o.reps, o.warmup))
+        specs.append(CaseSpec(f"B={b}", "tok/s", s.augury.name, series))
+    # the batch sizes interleave within each repetition: the B=8 / B=1 target divides two cases
+    cases = run_cases(specs, o.reps, o.warmup)
     head = "B=8" if 8 in o.batch_sizes else cases[-1].name
     rep = _report("batch", head, s, cases)
     one, eight = rep.case("B=1"), rep.case("B=8")
     if one and eight:
-        rep.targets.append(Target("augury B=8 aggregate / augury B=1",
-                                  eight.results["augury"].median / one.results["augury"].median, 3.0))
+        a1, a8 = one.results["augury"], eight.results["augury"]
+        rep.targets.append(Target("augury B=8 aggregate / augury B=1", a8.median / a1.median, 3.0))
+        paired = paired_ratios(a8.samples, a1.samples)
+        if paired:
+            rep.notes.append(f"B=8 / B=1 per repetition (the two measured in the same repetition): median "
+                             f"{statistics.median(paired):.2f}x, {min(paired):.2f}-{max(paired):.2f}x")
     if "llama.cpp" in s.peers:
         rep.notes.append("llama.cpp runs one sequence at a time through llama-cpp-python (its server too): "
                          "its aggregate is its single-sequence rate")

@@ -41,6 +41,12 @@ def ratio(subject: float, peer: float, higher_is_better: bool = True) -> float |
     return subject / peer if higher_is_better else peer / subject
 
 
+def paired_ratios(subject: Sequence[float], base: Sequence[float]) -> list[float]:
+    """subject[i] / base[i] for each repetition i both were measured in (a case against another
+    case of the same engine, e.g. B=8 against B=1); repetitions with a zero or missing side dropped."""
+    return [a / b for a, b in zip(subject, base) if a > 0 and b > 0]
+
+
 def case_ratios(medians: Mapping[str, float], subject: str, higher_is_better: bool = True) -> dict[str, float | None]:
     """Ratio of the subject's median to every other series' median."""
     if subject not in medians:

@@ -103,3 +103,32 @@ def test_runner_alternates_and_warms_up():
 
     run_case("c", "tok/s", "a", {"a": mk("a"), "b": mk("b")}, reps=2, warmup=1)
     assert calls == ["a", "b", "a", "b", "b", "a"]
+
+
+def test_runner_interleaves_cases_within_each_repetition():
+    """Each repetition measures every case once (rotated), so a slow spell of the machine lands on
+    every case alike; sample i of each series comes from repetition i."""
+    from augury.bench.runner import CaseSpec, run_cases
+
+    calls = []
+
+    def mk(tag):
+        return lambda: (calls.append(tag), Sample(float(len(calls))))[1]
+
+    c1, c2 = run_cases([CaseSpec("c1", "tok/s", "a", {"a": mk("1a"), "b": mk("1b")}),
+                        CaseSpec("c2", "tok/s", "a", {"a": mk("2a")})], reps=2, warmup=1)
+    assert calls == ["1a", "1b", "2a",  # warm-up
+                     "1a", "1b", "2a",  # rep 1
+                     "2a", "1b", "1a"]  # rep 2: cases and engines rotated
+    assert c1.results["a"].samples == (4.0, 9.0) and c2.results["a"].samples == (6.0, 7.0)
+
+
+def test_paired_ratios_per_repetition():
+    from augury.bench.stats import paired_ratios
+
+    assert paired_ratios([8.0, 9.0, 5.0], [2.0, 3.0, 0.0]) == [4.0, 3.0]
+
+
+def test_batch_reports_the_per_repetition_ratio():
+    rep = scenarios.batch(_setup(batch_sizes=(1, 8), hf_max_batch=4, batch_tokens=16))
+    assert any("B=8 / B=1 per repetition" in n and "8.00x" in n for n in rep.notes)
