@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -146,7 +147,36 @@ void quantize_row(const float* x, int64_t K, int8_t* qx, float* d, int32_t* S) {
   }
 }
 
+#if defined(AUGURY_VNNI) || defined(AUGURY_AVX2)
+// Weight blocks prefetched this far ahead of the block being multiplied, with the non-temporal hint
+// (into L1, kept out of the outer caches where the hardware allows). A decode step streams ~84 MB of
+// SmolLM2 weights in ~120 short products; on a 2-core AVX2 host the hardware prefetchers alone left
+// the products at ~11 GB/s of a ~20 GB/s machine. Measured there, all 121 products of a SmolLM2
+// token in sequence: 7.7-9.8 -> 6.5-8.9 ms (medians of 12, alternating in one process); decode
+// 80-87 -> 82-91 tok/s. Prefetching past a tensor's end never faults.
+constexpr int64_t kPrefetchBlocks = 16;
+
+inline void prefetch_weight_block(const uint8_t* p) {  // a block's 4 lines of packed weights
+  const char* a = reinterpret_cast<const char*>(p);
+  for (int i = 0; i < 4; ++i) _mm_prefetch(a + 64 * i, _MM_HINT_NTA);
+}
+#endif
+
 #ifdef AUGURY_VNNI
+// Software prefetch of the weight stream on the VNNI path (AUGURY_INT4_PREFETCH=0 turns it off, read
+// once per process; the bits are the same either way): kPrefetchBlocks blocks ahead of the block being
+// multiplied, with the non-temporal hint, as the AVX2 path does. Measured on a 2-core Zen 4 host, SmolLM2
+// int4, alternating in one engine (docs/benchmarks.md, thirtieth session): B=1 233 -> 249 and 230 -> 242
+// tok/s, B=8 566 -> 599 and 576 -> 603; prefill 1k/4k unchanged (995 -> 1016, 543 -> 548). 8 and 32 blocks
+// ahead measured the same as 16, 4 slower; the T0 and T1 hints gained less.
+bool weight_prefetch_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("AUGURY_INT4_PREFETCH");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 inline __m512 load_bf16x16(const uint16_t* p) {
   __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -161,8 +191,11 @@ void tile_rows(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int gshi
   for (int r = 0; r < MT; ++r) acc_f[r] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   const int64_t KB = K / kBlock;
+  // the first row chunk streams the tile in; later chunks (M > 8) find it in L1
+  const bool pf = r0 == 0 && weight_prefetch_on();
   for (int64_t b = 0; b < nblocks; ++b) {
     if (wc.left) wc.step();
+    if (pf) prefetch_weight_block(wt + (b + kPrefetchBlocks) * kBlockBytes);
     const uint8_t* wb = wt + b * kBlockBytes;
     __m512i w[8];
     for (int i = 0; i < 4; ++i) {
@@ -189,14 +222,6 @@ void tile_rows(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int gshi
 #endif
 
 #ifdef AUGURY_AVX2
-// Weight blocks (256 bytes + a scale line) prefetched this far ahead of the block being multiplied,
-// with the non-temporal hint (into L1, kept out of the outer caches where the hardware allows). A
-// decode step streams ~84 MB of SmolLM2 weights in ~120 short products; the hardware prefetchers
-// alone left the products at ~11 GB/s of a ~20 GB/s machine. Measured on a 2-core AVX2 host, all
-// 121 products of a SmolLM2 token in sequence: 7.7-9.8 -> 6.5-8.9 ms (medians of 12, alternating in
-// one process); decode 80-87 -> 82-91 tok/s. Prefetching past a tensor's end never faults.
-constexpr int64_t kPrefetchBlocks = 16;
-
 inline __m256 load_bf16x8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -221,12 +246,9 @@ void tile_rows_avx2(const uint8_t* wt, const uint16_t* szt, int64_t nblocks, int
   for (int r = 0; r < MT; ++r) acc_f[r][0] = acc_f[r][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nblocks; ++b) {
     if (wc.left) wc.step();
-    {
-      const char* a = reinterpret_cast<const char*>(wt + (b + kPrefetchBlocks) * kBlockBytes);
-      for (int i = 0; i < 4; ++i) _mm_prefetch(a + 64 * i, _MM_HINT_NTA);
-      _mm_prefetch(reinterpret_cast<const char*>(szt + ((b + kPrefetchBlocks) >> gshift) * 2 * kTile),
-                   _MM_HINT_NTA);
-    }
+    prefetch_weight_block(wt + (b + kPrefetchBlocks) * kBlockBytes);
+    _mm_prefetch(reinterpret_cast<const char*>(szt + ((b + kPrefetchBlocks) >> gshift) * 2 * kTile),
+                 _MM_HINT_NTA);
     const uint8_t* wb = wt + b * kBlockBytes;
     __m256i acc16[MT][2];
     for (int i = 0; i < 4; ++i) {

@@ -3,6 +3,10 @@ thread invariance (what keeps speculative verify windows exact), and the packing
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -66,6 +70,35 @@ def test_rows_are_bitwise_their_lone_call_whatever_the_batch_or_threads() -> Non
         assert torch.equal(int4_mm(x, p, sz, 32), alone)
     finally:
         torch.set_num_threads(n)
+
+
+_PREFETCH_CHILD = r"""
+import sys, torch
+from augury.cpu_kernels import load
+from augury.cpu_kernels.int4 import int4_mm
+assert load()
+args = torch.load(sys.argv[1])
+torch.save([int4_mm(*a) for a in args], sys.argv[2])
+"""
+
+
+def test_software_prefetch_changes_no_bit(tmp_path) -> None:
+    """The SIMD paths ask for weight blocks ahead of use (AUGURY_INT4_PREFETCH, read once per process on
+    the VNNI path): a hint, so with it off (a child process) every output is bitwise the same. Rows 1, 8
+    and 17 (one row chunk, a full one, and chunks past the first, which skip the hint); K 576 and 1536
+    (the prefetch runs past a tile's end into the next tile and past the tensor's end)."""
+    calls = []
+    for n, k, group, m in [(960, 576, 32, 1), (960, 576, 32, 17), (64, 1536, 64, 8), (48, 1536, 32, 1)]:
+        q, s, z = _weights(n, k, group, seed=m)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m))
+        calls.append((x, *pack_int4(q, s, z), group))
+    here = [int4_mm(*a) for a in calls]
+    torch.save(calls, tmp_path / "in.pt")
+    env = dict(os.environ, AUGURY_INT4_PREFETCH="0")
+    subprocess.run([sys.executable, "-c", _PREFETCH_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                   check=True, env=env, timeout=600)
+    for a, b in zip(here, torch.load(tmp_path / "out.pt")):
+        assert torch.equal(a, b)
 
 
 def test_the_build_names_its_path() -> None:
