@@ -125,6 +125,11 @@ def batch(s: Setup) -> ScenarioReport:
         if paired:
             rep.notes.append(f"B=8 / B=1 per repetition (the two measured in the same repetition): median "
                              f"{statistics.median(paired):.2f}x, {min(paired):.2f}-{max(paired):.2f}x")
+        d1, d8 = (c.extras.get("augury", {}).get("decode phase") for c in (one, eight))
+        if d1 and d8:
+            rep.notes.append(f"decode phase alone (llama-batched-bench's S_TG: tokens after each sequence's first "
+                             f"over the time after the last first token; the aggregate above also counts the "
+                             f"prompts' prefill): B=8 {d8:.0f}, B=1 {d1:.0f} tok/s, {d8 / d1:.2f}x")
     if "llama.cpp" in s.peers:
         rep.notes.append("llama.cpp runs one sequence at a time through llama-cpp-python (its server too): "
                          "its aggregate is its single-sequence rate")
@@ -139,7 +144,8 @@ def _batch_measure(p: Peer, prompts: list[list[int]], n: int) -> Measure:
         if bt is None:  # a peer that decodes one sequence at a time: serial aggregate = its own rate
             g = p.generate(prompts[0], n, ignore_eos=True)
             return Sample(g.gen_tokens / g.total_s)
-        return Sample(bt.rate)
+        dr = bt.decode_rate
+        return Sample(bt.rate, {"decode phase": dr} if dr else {})
     return measure
 
 

@@ -30,7 +30,8 @@ class FakePeer:
         if self.batch_factor is None:
             return None
         n = len(prompts) * max_tokens
-        return BatchTiming(n, n / (self.rate * len(prompts) * self.batch_factor))
+        total = n / (self.rate * len(prompts) * self.batch_factor)
+        return BatchTiming(n, total, len(prompts), 0.2 * total)  # a fifth of the wall time to first tokens
 
     def close(self) -> None:
         self.closed = True

@@ -132,3 +132,21 @@ def test_paired_ratios_per_repetition():
 def test_batch_reports_the_per_repetition_ratio():
     rep = scenarios.batch(_setup(batch_sizes=(1, 8), hf_max_batch=4, batch_tokens=16))
     assert any("B=8 / B=1 per repetition" in n and "8.00x" in n for n in rep.notes)
+
+
+def test_batch_reports_the_decode_phase_alone():
+    """Tokens after each sequence's first over the time after the last first token (S_TG): B=8 of the
+    fake is (128 - 8) / (0.8 * 128 / 1200) and B=1 (16 - 1) / (0.8 * 16 / 150)."""
+    rep = scenarios.batch(_setup(batch_sizes=(1, 8), hf_max_batch=4, batch_tokens=16))
+    assert rep.case("B=8").extras["augury"]["decode phase"] == pytest.approx(120 / (0.8 * 128 / 1200))
+    assert rep.case("B=1").extras["augury"]["decode phase"] == pytest.approx(15 / (0.8 * 16 / 150))
+    assert any("decode phase alone" in n and "B=8 1406, B=1 176 tok/s, 8.00x" in n for n in rep.notes)
+    assert "llama.cpp" not in rep.case("B=8").extras  # a serial peer reports no decode phase
+
+
+def test_batch_timing_decode_rate():
+    from augury.bench.peers.base import BatchTiming
+
+    assert BatchTiming(40, 2.0, 4, 0.5).decode_rate == pytest.approx(36 / 1.5)
+    assert BatchTiming(40, 2.0).decode_rate is None  # an engine that reports no first-token times
+    assert BatchTiming(4, 2.0, 4, 0.5).decode_rate is None  # nothing after the first tokens

@@ -53,13 +53,15 @@ class AuguryPeer:
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> BatchTiming:
         t0 = time.perf_counter()
         handles = [self.engine.submit(list(p), self._params(max_tokens, True, None)) for p in prompts]
-        n = 0
+        n, first = 0, 0.0
         for h in handles:
             for out in h:
                 n += len(out.token_ids)
                 if out.finish_reason == "error":
                     raise RuntimeError(f"augury generation failed: {out.error}")
-        return BatchTiming(n, time.perf_counter() - t0)
+                if out.finished and out.ttft_s:  # from the request's arrival, a few us after t0
+                    first = max(first, out.ttft_s)
+        return BatchTiming(n, time.perf_counter() - t0, len(prompts), first)
 
     def close(self) -> None:
         self.engine.shutdown()

@@ -34,12 +34,25 @@ class GenTiming:
 
 @dataclass
 class BatchTiming:
+    """One timed batch: the aggregate end to end, and (engines that report each sequence's first-token
+    time) the decode phase alone, as llama-batched-bench's S_TG: the tokens after each sequence's first
+    over the time after the last sequence got its first token (0: not reported)."""
+
     gen_tokens: int
     total_s: float
+    sequences: int = 0
+    all_first_s: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.gen_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def decode_rate(self) -> float | None:
+        dt = self.total_s - self.all_first_s
+        if self.all_first_s <= 0 or dt <= 0 or self.gen_tokens <= self.sequences:
+            return None
+        return (self.gen_tokens - self.sequences) / dt
 
 
 class Peer(Protocol):
