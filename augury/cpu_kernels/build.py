@@ -87,6 +87,10 @@ def _register_shape_functions() -> None:
     def _(x, w, scales):  # noqa: ANN001
         return x.new_empty((x.shape[0], w.shape[0]))
 
+    @torch.library.register_fake("augury_cpu::argmax_rows")
+    def _(x):  # noqa: ANN001
+        return x.new_empty((x.shape[0],), dtype=torch.long)
+
     @torch.library.register_fake("augury_cpu::paged_attention_rows")
     def _(q, k_pool, v_pool, gather_slots, rows, scale, parallel):  # noqa: ANN001
         return torch.empty_like(q)

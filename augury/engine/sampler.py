@@ -30,6 +30,7 @@ from itertools import chain
 import torch
 from torch import Tensor
 
+from augury.cpu_kernels.argmax import argmax_last
 from augury.engine.sampling import processors as P
 from augury.engine.types import SamplingParams
 
@@ -117,11 +118,11 @@ def draw_from_logprobs(logp: Tensor, generators: Sequence[torch.Generator | None
         raise ValueError(f"{len(generators)} generators for {logp.shape[0]} rows")
     live = [i for i, g in enumerate(generators) if g is not None]
     if not live:
-        return logp.argmax(dim=-1)
+        return argmax_last(logp)
     u = torch.tensor(_uniforms([generators[i] for i in live]), device=logp.device)
     if len(live) == len(generators):
         return _inverse_cdf(logp, u)
-    tokens = logp.argmax(dim=-1)
+    tokens = argmax_last(logp)
     idx = torch.tensor(live, device=logp.device)
     return tokens.index_copy_(0, idx, _inverse_cdf(logp.index_select(0, idx), u))
 
@@ -248,7 +249,7 @@ def greedy_tokens(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
     `processed_logprobs` without building its [N, V] one-hot rows (the verify hot path)."""
     if any(not r.params.greedy for r in rows):
         raise ValueError("greedy_tokens takes greedy rows only")
-    return _adjusted_logits(logits, rows).argmax(dim=-1)
+    return argmax_last(_adjusted_logits(logits, rows))
 
 
 def processed_logprobs(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
@@ -260,7 +261,7 @@ def processed_logprobs(logits: Tensor, rows: Sequence[SamplingRow]) -> Tensor:
     x = _adjusted_logits(logits, rows)
     out = torch.empty((n, vocab), dtype=torch.float32, device=logits.device)
     if greedy:
-        g = _take_rows(x, greedy, n).argmax(dim=-1)
+        g = argmax_last(_take_rows(x, greedy, n))
         out[greedy] = P.one_hot_logprobs(g, vocab, torch.float32)
     if sampled:
         out[sampled] = _shaped_logprobs(_take_rows(x, sampled, n), [rows[i].params for i in sampled])
@@ -283,7 +284,7 @@ def sample(
 
     x = _adjusted_logits(logits, rows)
     if not sampled:
-        tokens = x.argmax(dim=-1)  # the all-greedy fast path when nothing was adjusted
+        tokens = argmax_last(x)  # the all-greedy fast path when nothing was adjusted
     else:
         logp = _shaped_logprobs(_take_rows(x, sampled, n), [rows[i].params for i in sampled])
         u = torch.tensor(_uniforms([rows[i].generator for i in sampled]), device=x.device)
@@ -291,7 +292,7 @@ def sample(
         if not greedy:
             tokens = drawn
         else:
-            tokens = x.argmax(dim=-1)
+            tokens = argmax_last(x)
             tokens.index_copy_(0, torch.tensor(sampled, device=x.device), drawn)
 
     if want_logprobs is None:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from augury.config import ModelConfig
+from augury.cpu_kernels.argmax import argmax_last
 from augury.layers import cpu_decode, fused_decode
 from augury.layers.attention import AttentionMetadata, GroupAttnMeta, paged_attention
 from augury.layers.embedding import ScaledEmbedding
@@ -287,7 +288,7 @@ class CausalLM(nn.Module):
 
             if supported(logits):
                 return argmax_rows(logits, out)
-        ids = logits.float().argmax(-1)
+        ids = argmax_last(logits.float())  # CPU: the native kernel (cpu_kernels/argmax.cpp)
         return ids if out is None else out.copy_(ids)
 
     # -- weights ------------------------------------------------------------------------
