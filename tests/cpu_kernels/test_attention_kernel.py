@@ -4,13 +4,11 @@ request's keys, and what CPU steps actually run when the library is loaded."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
+from native_child import outputs_in_child
 
 import augury.layers.attention as attn
 from augury.cpu_kernels import attention as kern
@@ -256,15 +254,6 @@ def test_softcap_and_unsupported_dtypes_keep_the_torch_path(monkeypatch):
     assert calls == []
 
 
-_PREFETCH_CHILD = r"""
-import sys, torch
-from augury.cpu_kernels import load
-assert load()
-args = torch.load(sys.argv[1])
-torch.save([torch.ops.augury_cpu.paged_attention_rows(*a) for a in args], sys.argv[2])
-"""
-
-
 def test_software_prefetch_changes_no_bit(tmp_path):
     """The AVX-512 path asks for K and V rows ahead of use (AUGURY_ATTN_PREFETCH, read once per process):
     a hint, so with it off (a child process) every output is bitwise the same. Shapes: rep 3 / 4 / 1 / 2
@@ -281,9 +270,5 @@ def test_software_prefetch_changes_no_bit(tmp_path):
         q = torch.randn(4, H, D, generator=g)
         calls.append((q, kp, vp, gather, rows, D ** -0.5, True))
     here = [torch.ops.augury_cpu.paged_attention_rows(*a) for a in calls]
-    torch.save(calls, tmp_path / "in.pt")
-    env = dict(os.environ, AUGURY_ATTN_PREFETCH="0")
-    subprocess.run([sys.executable, "-c", _PREFETCH_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                   check=True, env=env, timeout=600)
-    for a, b in zip(here, torch.load(tmp_path / "out.pt")):
+    for a, b in zip(here, outputs_in_child("torch:ops.augury_cpu.paged_attention_rows", calls, {"AUGURY_ATTN_PREFETCH": "0"}, tmp_path)):
         assert torch.equal(a, b)

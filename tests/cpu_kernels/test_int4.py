@@ -3,12 +3,9 @@ thread invariance (what keeps speculative verify windows exact), and the packing
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from native_child import outputs_in_child
 
 from augury.cpu_kernels import load
 from augury.cpu_kernels.int4 import BLOCK, int4_mm, pack_int4, pack_nibbles
@@ -72,16 +69,6 @@ def test_rows_are_bitwise_their_lone_call_whatever_the_batch_or_threads() -> Non
         torch.set_num_threads(n)
 
 
-_PREFETCH_CHILD = r"""
-import sys, torch
-from augury.cpu_kernels import load
-from augury.cpu_kernels.int4 import int4_mm
-assert load()
-args = torch.load(sys.argv[1])
-torch.save([int4_mm(*a) for a in args], sys.argv[2])
-"""
-
-
 def test_software_prefetch_changes_no_bit(tmp_path) -> None:
     """The SIMD paths ask for weight blocks ahead of use (AUGURY_INT4_PREFETCH, read once per process on
     the VNNI path): a hint, so with it off (a child process) every output is bitwise the same. Rows 1, 8
@@ -93,11 +80,7 @@ def test_software_prefetch_changes_no_bit(tmp_path) -> None:
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m))
         calls.append((x, *pack_int4(q, s, z), group))
     here = [int4_mm(*a) for a in calls]
-    torch.save(calls, tmp_path / "in.pt")
-    env = dict(os.environ, AUGURY_INT4_PREFETCH="0")
-    subprocess.run([sys.executable, "-c", _PREFETCH_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                   check=True, env=env, timeout=600)
-    for a, b in zip(here, torch.load(tmp_path / "out.pt")):
+    for a, b in zip(here, outputs_in_child("augury.cpu_kernels.int4:int4_mm", calls, {"AUGURY_INT4_PREFETCH": "0"}, tmp_path)):
         assert torch.equal(a, b)
 
 
