@@ -34,7 +34,7 @@ int64_t argmax_row(const float* x, int64_t V) {
   bool nan = false;
 #if defined(__AVX512F__)
   // four running maxima for instruction-level parallelism; max_ps(v, acc) keeps acc where v is NaN,
-  // so NaNs are tracked apart (unordered compare of v with itself)
+  // so NaNs are tracked apart (an unordered compare of two loads is true where either holds a NaN)
   __m512 a0 = _mm512_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0;
   __mmask16 bad = 0;
   for (; i + 64 <= V; i += 64) {

@@ -34,7 +34,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -118,10 +117,7 @@ inline void prefetch_slots(const char* base, const int64_t* slots, int64_t j0, i
 // (docs/benchmarks.md, twenty-ninth session).
 constexpr int64_t kPfKeys = 16;
 bool prefetch_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("AUGURY_ATTN_PREFETCH");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = augury_cpu::env_switch_on("AUGURY_ATTN_PREFETCH");
   return on;
 }
 

@@ -25,7 +25,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -170,10 +169,7 @@ inline void prefetch_weight_block(const uint8_t* p) {  // a block's 4 lines of p
 // tok/s, B=8 566 -> 599 and 576 -> 603; prefill 1k/4k unchanged (995 -> 1016, 543 -> 548). 8 and 32 blocks
 // ahead measured the same as 16, 4 slower; the T0 and T1 hints gained less.
 bool weight_prefetch_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("AUGURY_INT4_PREFETCH");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = augury_cpu::env_switch_on("AUGURY_INT4_PREFETCH");
   return on;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -13,6 +14,13 @@
 #endif
 
 namespace augury_cpu {
+
+// An A/B switch from the environment: on unless it is set to a value starting with '0'. Callers keep
+// the answer in a function-local static (read once per process), so no kernel call pays for getenv.
+inline bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && e[0] == '0');
+}
 
 // Memory a product warms into L2 while it runs, for whatever reads it next: decoder_layer.cpp
 // passes the next layer's K/V slots to the products between a layer's attention and the next

@@ -270,5 +270,6 @@ def test_software_prefetch_changes_no_bit(tmp_path):
         q = torch.randn(4, H, D, generator=g)
         calls.append((q, kp, vp, gather, rows, D ** -0.5, True))
     here = [torch.ops.augury_cpu.paged_attention_rows(*a) for a in calls]
-    for a, b in zip(here, outputs_in_child("torch:ops.augury_cpu.paged_attention_rows", calls, {"AUGURY_ATTN_PREFETCH": "0"}, tmp_path)):
+    off = outputs_in_child("torch:ops.augury_cpu.paged_attention_rows", calls, {"AUGURY_ATTN_PREFETCH": "0"}, tmp_path)
+    for a, b in zip(here, off):
         assert torch.equal(a, b)

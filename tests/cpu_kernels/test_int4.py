@@ -80,7 +80,8 @@ def test_software_prefetch_changes_no_bit(tmp_path) -> None:
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m))
         calls.append((x, *pack_int4(q, s, z), group))
     here = [int4_mm(*a) for a in calls]
-    for a, b in zip(here, outputs_in_child("augury.cpu_kernels.int4:int4_mm", calls, {"AUGURY_INT4_PREFETCH": "0"}, tmp_path)):
+    off = outputs_in_child("augury.cpu_kernels.int4:int4_mm", calls, {"AUGURY_INT4_PREFETCH": "0"}, tmp_path)
+    for a, b in zip(here, off):
         assert torch.equal(a, b)
 
 
