@@ -1,4 +1,8 @@
-# thirty-third session: A/B of asking pass 1 for the V rows of the keys it scores (L2 hint) on the AVX2 attention path; the experiment build read AUGURY_ATTN_XV once a process (not committed: no gain). Run alternating processes: AUGURY_ATTN_XV=0|1 python attn_v_l2_ab.py
+# thirty-third session: A/B of asking pass 1 for the V rows of the keys it scores (L2 hint) on the AVX2 attention
+# path; not committed (no gain). The experiment build's change, in heads_avx2's pass-1 key loop of attention.cpp:
+#   static const bool xv = augury_cpu::env_switch_on("AUGURY_ATTN_XV");   // before the loop
+#   if (xv) prefetch_slots<true>(vb, slots, j0, std::min(L, j0 + 8), slot_bytes, span);   // after the K prefetch
+# Run alternating processes: AUGURY_ATTN_XV=0|1 python attn_v_l2_ab.py (its output: raw in benchmarks.md).
 import os, statistics as st, torch
 from augury.bench.peers.augury_peer import AuguryPeer
 from augury.bench.prompts import batch_prompts
