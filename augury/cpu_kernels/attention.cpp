@@ -474,7 +474,7 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
 #ifdef AUGURY_ATTN_AVX2
   if (vec) {  // the unit is one (row, query head); a thread takes a run of them (see heads_avx2)
     auto heads_work = [&](int64_t u0, int64_t u1) {
-      std::vector<float> buf;
+      thread_local std::vector<float> buf;  // parallel_steal calls this once per chunk
       for (int64_t t = u0 / H; t * H < u1; ++t) {
         const int64_t h0 = std::max(u0, t * H) - t * H, h1 = std::min(u1, (t + 1) * H) - t * H, NH = h1 - h0;
         const int64_t b = rd[3 * t], lo = rd[3 * t + 1], L = rd[3 * t + 2] - lo;
@@ -488,7 +488,7 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
       }
     };
     if (parallel && T * H > 1)
-      at::parallel_for(0, T * H, 1, heads_work);  // any split: a head's bits do not depend on it
+      augury_cpu::parallel_steal(T * H, 1, heads_work);  // any split: a head's bits do not depend on it
     else
       heads_work(0, T * H);
     return;

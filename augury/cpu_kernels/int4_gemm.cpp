@@ -386,8 +386,8 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
   const uint16_t* szp = reinterpret_cast<const uint16_t*>(sz.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
   const int64_t G = sz.size(1);
-  // a tile is ~K * 8 bytes of weight: split so each thread streams a contiguous run of them
-  at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
+  // tiles [t0, t1): the same bits whichever thread runs them
+  auto run_tiles = [&](int64_t t0, int64_t t1) {
     WarmCursor wc;
     if (warm != nullptr && warm->count > 0) {  // this thread's share of the window
       const int64_t first = warm->first + warm->count * t0 / T, last = warm->first + warm->count * t1 / T;
@@ -413,7 +413,8 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
       for (int64_t r = 0; r < M; ++r) tile_rows_scalar(wt, szt, nblocks, gshift, qxp, dp, Sp, K, r, yp, N, t);
 #endif
     }
-  });
+  };
+  parallel_steal(T, 8, run_tiles);
   return y;
 }
 
@@ -449,9 +450,13 @@ std::string isa() {
 #endif
 }
 
+// The A/B hook of parallel_steal (kernels.h): false = static splits, for benchmarks.
+void set_steal(bool on) { augury_cpu::steal_on().store(on); }
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(augury_cpu, m) {
+  m.def("set_steal(bool on) -> ()");
   m.def("int4_mm(Tensor x, Tensor packed, Tensor scales, int group_size) -> Tensor");
   m.def("int4_has_vnni() -> bool");
   m.def("int4_isa() -> str");
@@ -464,4 +469,5 @@ TORCH_LIBRARY_IMPL(augury_cpu, CPU, m) {
 TORCH_LIBRARY_IMPL(augury_cpu, CompositeExplicitAutograd, m) {
   m.impl("int4_has_vnni", &has_vnni);
   m.impl("int4_isa", &isa);
+  m.impl("set_steal", &set_steal);
 }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -20,6 +22,53 @@ namespace augury_cpu {
 inline bool env_switch_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && e[0] == '0');
+}
+
+// Whether parallel_steal lets a thread that finishes early take the others' work (on by default).
+// Off gives at::parallel_for's static split: an A/B hook, set through the op augury_cpu::set_steal
+// (docs/data/cpu36/sched_ab.py alternates the two in one process).
+inline std::atomic<bool>& steal_on() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+// Runs run(u0, u1) over [0, n) on up to at::get_num_threads() threads, at least `grain` units each.
+// Each thread starts on its own contiguous share (so it streams one run of weight tiles, say) in
+// chunks of 1/16 of it; one that finishes early takes chunks from the front of the others' remaining
+// shares. Only for work whose units give the same bits whichever thread runs them. Why: with the
+// static split and equal shares, each of a 2-core host's two threads spun in libgomp ~10% of a B=8
+// decode step waiting for the other (threads run at different speeds; docs/benchmarks.md, 35th session).
+template <class F>
+void parallel_steal(int64_t n, int64_t grain, const F& run) {
+  if (n <= 0) return;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), (n + grain - 1) / grain);
+  if (threads <= 1 || at::in_parallel_region()) {
+    run(0, n);
+    return;
+  }
+  if (!steal_on().load(std::memory_order_relaxed)) {
+    at::parallel_for(0, n, grain, run);
+    return;
+  }
+  struct alignas(64) Share {  // a cache line each: a thread's own cursor is not shared until stolen from
+    std::atomic<int64_t> next{0};
+    int64_t end = 0, chunk = 1;
+  };
+  std::vector<Share> share(threads);
+  for (int64_t i = 0; i < threads; ++i) {
+    const int64_t b = n * i / threads, e = n * (i + 1) / threads;
+    share[i].next.store(b, std::memory_order_relaxed);
+    share[i].end = e;
+    share[i].chunk = std::max<int64_t>(1, (e - b + 15) / 16);
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t k = 0; k < threads; ++k) {
+        Share& sh = share[(i + k) % threads];
+        for (int64_t c0; (c0 = sh.next.fetch_add(sh.chunk, std::memory_order_relaxed)) < sh.end;)
+          run(c0, std::min(c0 + sh.chunk, sh.end));
+      }
+  });
 }
 
 // Memory a product warms into L2 while it runs, for whatever reads it next: decoder_layer.cpp

@@ -179,6 +179,31 @@ def test_one_row_split_over_threads_keeps_its_bits(dtype, threads):
     assert torch.equal(par, serial)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_work_stealing_changes_no_bit(threads):
+    """On AVX2 the (row, query head) units are shared out by parallel_steal (kernels.h), which lets a
+    thread that finishes early take the others' chunks: the bits of the static split (the A/B hook
+    augury_cpu::set_steal) and of the serial call, for 8 decode rows of unequal lengths (72 units)."""
+    H, HKV, D = 9, 3, 64
+    lens = [(40, 1), (7, 1), (130, 1), (0, 1), (66, 1), (299, 1), (3, 1), (180, 1)]
+    tabs = _tables(len(lens), 20, seed=15)
+    kp, vp = _pools(200, HKV, D, torch.float32, seed=16)
+    q = torch.randn(len(lens), H, D, generator=torch.Generator().manual_seed(17))
+    gm = _meta([SeqSpec(nc, nn, {"full": t}) for (nc, nn), t in zip(lens, tabs)])
+    plan = kern.make_plan(gm.mask, gm.out_index, gm.dense, H, D)
+    serial = kern.paged_attention_rows(q, kp, vp, gm.gather_slots, kern.RowPlan(plan.rows, False), 0.125)
+    n = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for steal in (True, False):
+            torch.ops.augury_cpu.set_steal(steal)
+            par = kern.paged_attention_rows(q, kp, vp, gm.gather_slots, kern.RowPlan(plan.rows, True), 0.125)
+            assert torch.equal(par, serial), steal
+    finally:
+        torch.ops.augury_cpu.set_steal(True)
+        torch.set_num_threads(n)
+
+
 def test_bad_row_plans_are_errors_not_wild_reads():
     kp, vp = _pools(4, 1, 16, torch.float32, seed=0)
     gather = torch.tensor([[0, 1, 2, 3]])

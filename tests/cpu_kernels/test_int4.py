@@ -69,6 +69,30 @@ def test_rows_are_bitwise_their_lone_call_whatever_the_batch_or_threads() -> Non
         torch.set_num_threads(n)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_work_stealing_changes_no_bit(threads) -> None:
+    """The tiles are shared out by parallel_steal (kernels.h): a thread that finishes its share early
+    takes chunks of the others'. Every tile must still be computed exactly once, with the bits of the
+    static split (its A/B hook, augury_cpu::set_steal) and of one thread. Tile counts from 2 (fewer
+    than 16 chunks a share) to 192 (SmolLM2's gate_up), rows 1, 8 and 11."""
+    cases = []
+    for n, k, m in [(32, 576, 1), (960, 576, 8), (3072, 576, 11), (576, 1536, 8)]:
+        q, s, z = _weights(n, k, 32, seed=n + m)
+        cases.append((torch.randn(m, k, generator=torch.Generator().manual_seed(k + m)), *pack_int4(q, s, z)))
+    n0 = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = [int4_mm(x, p, sz, 32) for x, p, sz in cases]
+        torch.set_num_threads(threads)
+        for steal in (True, False):
+            torch.ops.augury_cpu.set_steal(steal)
+            for (x, p, sz), want in zip(cases, serial):
+                assert torch.equal(int4_mm(x, p, sz, 32), want), (steal, x.shape, p.shape)
+    finally:
+        torch.ops.augury_cpu.set_steal(True)
+        torch.set_num_threads(n0)
+
+
 def test_software_prefetch_changes_no_bit(tmp_path) -> None:
     """The SIMD paths ask for weight blocks ahead of use (AUGURY_INT4_PREFETCH, read once per process on
     the VNNI path): a hint, so with it off (a child process) every output is bitwise the same. Rows 1, 8
