@@ -495,7 +495,7 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
   }
 #endif
   auto work = [&](int64_t p0, int64_t p1) {
-    std::vector<float> buf;
+    thread_local std::vector<float> buf;  // parallel_steal calls this once per chunk
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t t = p / Hkv, g = p % Hkv;
       const int64_t b = rd[3 * t], lo = rd[3 * t + 1], L = rd[3 * t + 2] - lo;
@@ -516,7 +516,7 @@ void run(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool
   };
   const int64_t pairs = T * Hkv;
   if (parallel && pairs > 1)
-    at::parallel_for(0, pairs, 1, work);  // one pair = one thread: the split cannot change a bit
+    augury_cpu::parallel_steal(pairs, 1, work);  // one pair = one thread: the split cannot change a bit
   else
     work(0, pairs);
 }

@@ -181,9 +181,10 @@ def test_one_row_split_over_threads_keeps_its_bits(dtype, threads):
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_work_stealing_changes_no_bit(threads):
-    """On AVX2 the (row, query head) units are shared out by parallel_steal (kernels.h), which lets a
-    thread that finishes early take the others' chunks: the bits of the static split (the A/B hook
-    augury_cpu::set_steal) and of the serial call, for 8 decode rows of unequal lengths (72 units)."""
+    """The units (AVX2: (row, query head), 72 here; AVX-512 and scalar: (row, KV head), 24) are shared
+    out by parallel_steal (kernels.h), which lets a thread that finishes early take the others' chunks:
+    the bits of the static split (the A/B hook augury_cpu::set_steal) and of the serial call, for 8
+    decode rows of unequal lengths."""
     H, HKV, D = 9, 3, 64
     lens = [(40, 1), (7, 1), (130, 1), (0, 1), (66, 1), (299, 1), (3, 1), (180, 1)]
     tabs = _tables(len(lens), 20, seed=15)

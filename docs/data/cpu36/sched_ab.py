@@ -1,7 +1,7 @@
-"""A/B of int4_mm's tile schedule (static split vs own-share-first with stealing), in one process.
+"""A/B of the CPU kernels' thread split (static vs own-share-first with stealing), in one process.
 
 Alternates the two schedules (order rotating) at B=1 and B=8 greedy decode of SmolLM2 int4, 2 threads,
-and checks that both schedules give the same tokens. Uses the A/B hook augury_cpu::set_steal (kernels.h parallel_steal): int4 products and attention heads.
+and checks that both schedules give the same tokens. Uses the A/B hook augury_cpu::set_steal (kernels.h parallel_steal): the int4 products and the attention units.
 Usage: python docs/data/cpu36/sched_ab.py [reps] [tokens]
 """
 import statistics
