@@ -7,6 +7,9 @@ load the cached library in well under a second.
 
 `-march=native`: the library is built on the machine that runs it, so it may use every SIMD
 extension that machine has (the int4 kernel has an AVX-512 VNNI path, an AVX2 path and a portable one).
+`AUGURY_CPU_MARCH=x86-64-v3` (any gcc `-march` value) builds for that target instead, as a library
+of its own name: on an AVX-512 machine this builds and runs the AVX2 paths, which is how the tests
+check those paths' bits on such machines (tests/cpu_kernels/test_march.py), and how to measure them.
 
 When the build is impossible (no compiler, no ninja, an unsupported platform) or disabled with
 `AUGURY_CPU_KERNELS=0`, `load()` returns False, `unavailable_reason()` says why, and every caller
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import sys
 import threading
 from pathlib import Path
@@ -27,11 +31,29 @@ import torch
 log = logging.getLogger(__name__)
 
 _NAME = "augury_cpu_kernels"
+_MARCH_ENV = "AUGURY_CPU_MARCH"
 _lock = threading.Lock()
 # the outcome, once known: a plain global, so the per-layer `load()` calls (eager steps, and compiled
 # graphs, which trace it) read one value and take no lock
 _ok: bool | None = None
 _why: str | None = None
+
+
+def _march() -> str | None:
+    """The `-march` target AUGURY_CPU_MARCH asks for (None: native); a value gcc could not take as one
+    word is an error that names the variable."""
+    m = os.environ.get(_MARCH_ENV, "").strip()
+    if not m or m == "native":
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", m):
+        raise ValueError(f"{_MARCH_ENV}={m!r} is not a -march value (e.g. x86-64-v3, skylake-avx512, native)")
+    return m
+
+
+def _name() -> str:
+    """The library's name: a non-native target gets its own, so the two builds never replace each other."""
+    m = _march()
+    return _NAME if m is None else f"{_NAME}_{re.sub(r'[^A-Za-z0-9]', '_', m)}"
 
 
 def _flags() -> list[str]:
@@ -41,7 +63,7 @@ def _flags() -> list[str]:
     # (decoder_layer.cpp reproduces them bit for bit); the kernels fuse where they mean to, with intrinsics
     flags = ["-O3", "-fopenmp", "-ffp-contract=off"]
     if platform.machine().lower() in ("x86_64", "amd64"):
-        flags.append("-march=native")
+        flags.append(f"-march={_march() or 'native'}")
     elif platform.machine().lower() in ("arm64", "aarch64"):
         flags.append("-mcpu=native")
     return flags
@@ -124,22 +146,26 @@ def _build() -> tuple[bool, str]:
         from torch.utils import cpp_extension
     except ImportError as e:  # pragma: no cover - part of every torch
         return False, f"torch.utils.cpp_extension: {e}"
+    try:
+        name, flags = _name(), _flags()
+    except ValueError as e:
+        return False, str(e)
     here = Path(__file__).parent
     _ninja_on_path()
     try:
         cpp_extension.verify_ninja_availability()
     except RuntimeError:
         return False, "ninja is not installed (pip install ninja)"
-    build_dir = Path(cpp_extension._get_build_directory(_NAME, verbose=False))
+    build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
     if not any(build_dir.glob("*.so")) and not any(build_dir.glob("*.pyd")):
         print("augury: building the native CPU kernels (once per machine, 10-60 s)...", file=sys.stderr,
               flush=True)
     try:
         cpp_extension.load(
-            name=_NAME,
+            name=name,
             sources=sorted(str(p) for p in here.glob("*.cpp")),  # every kernel file: one library
             # the shared header is not in torch's rebuild hash: its digest in a define puts it there
-            extra_cflags=_flags() + [f"-DAUGURY_HEADERS={_headers_digest(here)}"],
+            extra_cflags=flags + [f"-DAUGURY_HEADERS={_headers_digest(here)}"],
             extra_ldflags=[] if sys.platform == "win32" else ["-fopenmp"],
             is_python_module=False,
             verbose=False,
@@ -152,4 +178,4 @@ def _build() -> tuple[bool, str]:
 
 def build_dir() -> Path:
     from torch.utils import cpp_extension
-    return Path(cpp_extension._get_build_directory(_NAME, verbose=False))
+    return Path(cpp_extension._get_build_directory(_name(), verbose=False))
