@@ -111,7 +111,8 @@ def stream(W: int, mb: int = 512) -> dict:
         res[f"desc_stages{st}_same_sum"] = bool(torch.equal(out, ref))
         ms = triton.testing.do_bench(f, warmup=50, rep=300)
         res[f"desc_stages{st}_GBps"] = gbytes / (ms * 1e-3)
-    # the copy reading that the roofline uses: torch's device-to-device copy, read + write bytes
+    # a ceiling beside the streams: torch's device-to-device copy, read + write bytes (not the roofline's
+    # reading, which is augury.bench.machine.device_read_bandwidth's bf16 sum)
     dst = torch.empty_like(src)
     ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=200)
     res["copy_rw_GBps"] = 2 * gbytes / (ms * 1e-3)
