@@ -323,6 +323,9 @@ _W4M_CFGS = {
     "ps3pf3_all": {p: {"persistent": 3, "prefetch": 3} for p in _LATE},
     # down on the device's Triton 3.6 takes 136 registers at 2 tiles in flight: three programs a multiprocessor
     "ps3_down": {"down": {"persistent": 3}}, "ps3pf1_down": {"down": {"persistent": 3, "prefetch": 1}},
+    # each loop step also asks the L2 for the warp's tile N beyond its register prefetch (no registers)
+    **{f"l2a{n}_all": {p: {"l2_ahead": n} for p in _LATE} for n in (1, 2, 3)},
+    **{f"l2a{n}_gd": {p: {"l2_ahead": n} for p in ("gate_up", "down")} for n in (1, 2, 4)},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from augury.layers import launch_env
+from augury.layers.triton_pdl import prefetch_l2
 from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
 from augury.layers.triton_gemv import _norm_inv, _rnd, _x_apply, _x_load, _x_merge
 from augury.layers.triton_gemv_w4 import _finish, _h2, _workspace, product_class, row_chunks
@@ -64,6 +65,9 @@ class W4MmaConfig:
     # > 0: ptxas caps each thread at this many registers (spilling the rest): 3-4 tiles in flight take 153-168,
     # which leaves 3 programs a multiprocessor; capped at 128 they keep 4 (offline sm_90: PF 3 spills 56 bytes)
     maxnreg: int = 0
+    # > 0: each loop step also asks the L2 for the warp's tile this many beyond its register prefetch (one
+    # 128-byte line a lane: no registers held), so its later load meets the L2's latency rather than the DRAM's
+    l2_ahead: int = 0
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -255,6 +259,15 @@ def _load_tile(w_ptrs, s_ptrs, ok, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _hint_tile(w_ptr, sz_ptr, block_tile0, row_tile, last_rt, lane):
+    """Ask the L2 for each warp's row tile `row_tile` [T] of the program's 256-column block (clamped to the
+    chunk's last, so a hint past the chunk's end repeats a line of its own): lanes 0-15 its 16 weight lines
+    of 128 bytes, lanes 16-31 its 4 scale lines (each 4 times). CUDA only."""
+    tile = (block_tile0 + tl.minimum(row_tile, last_rt)).to(tl.int64)
+    prefetch_l2(tl.where(lane < 16, w_ptr + tile * 512 + lane * 32, sz_ptr + tile * 128 + (lane % 4) * 32), False)
+
+
+@triton.jit
 def _tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale, ws_row, out, keep,
           W: tl.constexpr, ASM: tl.constexpr):
     """One row tile per warp over the block: 16 mmas, the (scale, zero) per entry, the rows' sums to
@@ -340,7 +353,7 @@ def _w4_mma_kernel(
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
     LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
-    MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1,
+    MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1, L2A: tl.constexpr = 0,
 ):
     if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
         pid_k = tl.program_id(0)
@@ -364,6 +377,7 @@ def _w4_mma_kernel(
     s_ptrs = sz_ptr + tile[:, None] * 128 + (lane * 4)[:, None] + jj[None, :]
     W_STEP: tl.constexpr = W * 512
     S_STEP: tl.constexpr = W * 128
+    last_rt = tl.minimum(NT, pid_n * (NB // 16) + NB // 16) - 1  # the chunk's last row tile (L2A's clamp)
     if STAGES == 1:  # the warp's first PF tiles in flight before the PDL wait (STAGES > 1 loads all in its loop)
         p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN)
         if PF >= 2:
@@ -372,6 +386,9 @@ def _w4_mma_kernel(
             u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, rt + 2 * W < NT, False)
         if PF >= 4:
             h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, rt + 3 * W < NT, False)
+        if ASM:  # the tiles the loop's first L2A steps load, asked of the L2 before the wait too
+            for j in tl.static_range(L2A):
+                _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + (PF + j) * W, last_rt, lane)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
@@ -429,6 +446,8 @@ def _w4_mma_kernel(
             w_ptrs += W_STEP
             s_ptrs += S_STEP
             n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN)
+            if L2A > 0 and ASM:  # past the chunk's end: its last tile again (an L2 hit, never another's bytes)
+                _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + (it + PF + L2A) * W, last_rt, lane)
             junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out, keep, junk, W, ASM, LOADS_ONLY)
             if PF == 1:
@@ -522,6 +541,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb, W=cfg.num_warps,
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
-        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], num_warps=cfg.num_warps, num_stages=1,
-        **opts,
+        MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], L2A=cfg.l2_ahead if cfg.stages == 1 else 0,
+        num_warps=cfg.num_warps, num_stages=1, **opts,
     )

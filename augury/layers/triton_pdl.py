@@ -27,10 +27,15 @@ def pdl_enabled(device: torch.device) -> bool:
 
 
 @triton.jit
-def prefetch_l2(ptrs):
-    """Ask the L2 to fetch the lines at these addresses (evict-last, so the weight stream of the kernel
-    still running does not push them out before they are used), without waiting for them or holding
-    registers: the work a kernel can do before its `gdc_wait` for rows no earlier kernel of the step
-    writes. A hint only: it changes no result. CUDA only (inline PTX: not under the interpreter)."""
-    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
+def prefetch_l2(ptrs, EVICT_LAST: tl.constexpr = True):
+    """Ask the L2 to fetch the lines at these addresses, without waiting for them or holding registers:
+    the work a kernel can do before its `gdc_wait` for rows no earlier kernel of the step writes
+    (evict-last, so the weight stream of the kernel still running does not push them out before they are
+    used), or a stream's lines a few steps ahead of its loads (EVICT_LAST=False: read once, pinned by
+    nothing). A hint only: it changes no result. CUDA only (inline PTX: not under the interpreter)."""
+    if EVICT_LAST:
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
