@@ -326,6 +326,11 @@ _W4M_CFGS = {
     # each loop step also asks the L2 for the warp's tile N beyond its register prefetch (no registers)
     **{f"l2a{n}_all": {p: {"l2_ahead": n} for p in _LATE} for n in (1, 2, 3)},
     **{f"l2a{n}_gd": {p: {"l2_ahead": n} for p in ("gate_up", "down")} for n in (1, 2, 4)},
+    # ... or only before the PDL wait, the tiles after those loaded there; with the cp.async stages (which load
+    # nothing before the wait), its first stages' tiles
+    **{f"l2f{n}_all": {p: {"l2_first": n} for p in _LATE} for n in (1, 2)},
+    **{f"st{n}f{n - 1}_all": {p: {"stages": n, "l2_first": n - 1} for p in _LATE} for n in (2, 3, 4)},
+    "st3f4_all": {p: {"stages": 3, "l2_first": 4} for p in _LATE},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

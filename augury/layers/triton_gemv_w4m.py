@@ -68,6 +68,9 @@ class W4MmaConfig:
     # > 0: each loop step also asks the L2 for the warp's tile this many beyond its register prefetch (one
     # 128-byte line a lane: no registers held), so its later load meets the L2's latency rather than the DRAM's
     l2_ahead: int = 0
+    # > 0: before the PDL wait, the L2 is asked for this many of each warp's tiles beyond those loaded there
+    # (stages > 1, which loads none there: its first ones)
+    l2_first: int = 0
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -354,6 +357,7 @@ def _w4_mma_kernel(
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
     LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
     MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1, L2A: tl.constexpr = 0,
+    L2F: tl.constexpr = 0,
 ):
     if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
         pid_k = tl.program_id(0)
@@ -386,9 +390,9 @@ def _w4_mma_kernel(
             u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, rt + 2 * W < NT, False)
         if PF >= 4:
             h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, rt + 3 * W < NT, False)
-        if ASM:  # the tiles the loop's first L2A steps load, asked of the L2 before the wait too
-            for j in tl.static_range(L2A):
-                _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + (PF + j) * W, last_rt, lane)
+    if ASM:  # the L2 asked for the next L2F tiles before the wait (hints: no registers)
+        for j in tl.static_range(L2F):
+            _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + ((PF if STAGES == 1 else 0) + j) * W, last_rt, lane)
     if PDL:
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
@@ -542,5 +546,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
         MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], L2A=cfg.l2_ahead if cfg.stages == 1 else 0,
+        L2F=cfg.l2_first,
         num_warps=cfg.num_warps, num_stages=1, **opts,
     )
