@@ -331,8 +331,8 @@ _W4M_CFGS = {
     **{f"l2f{n}_all": {p: {"l2_first": n} for p in _LATE} for n in (1, 2)},
     **{f"st{n}f{n - 1}_all": {p: {"stages": n, "l2_first": n - 1} for p in _LATE} for n in (2, 3, 4)},
     "st3f4_all": {p: {"stages": 3, "l2_first": 4} for p in _LATE},
-    # the weight loads' cache hints (1 .cg, 2 evict-first, 3 / 4 ld.global.nc without / with L1 allocation)
-    **{f"wc{n}_all": {p: {"weight_cache": n} for p in _LATE} for n in (1, 2, 3, 4)},
+    # the weight loads' cache hints (0 none, 1 .cg, 2 evict-first: the default since the thirty-ninth session)
+    **{f"wc{n}_all": {p: {"weight_cache": n} for p in _LATE} for n in (0, 1, 2)},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # the same for products on tinygemm's bytes (W4SplitConfig fields)

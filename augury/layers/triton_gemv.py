@@ -72,6 +72,9 @@ class GemvConfig:
     # under PDL, let the next kernel launch once this program's weight stream is done instead of right
     # after its wait (its programs then take no multiprocessor slots while this grid still streams)
     late_launch: bool = False
+    # the weight stream's L2 eviction hint: 0 none, 2 evict-first (the int4 GEMV's `weight_cache` 2: it keeps the
+    # activations, partial sums and K/V the stream would otherwise push out of the L2)
+    weight_cache: int = 0
 
 
 def product_class(n: int, k: int) -> str:
@@ -154,6 +157,7 @@ def _gemv_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
     VEC: tl.constexpr, NORM_BLOCK: tl.constexpr, EARLY_W: tl.constexpr = True, LATE_LAUNCH: tl.constexpr = False,
+    WC: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     if ROPE_KV:
@@ -176,10 +180,11 @@ def _gemv_kernel(
     # with EARLY_W off it is loaded after the wait (the benchmarks compare the two: gemv_gpu)
     if PDL and not EARLY_W:
         tl.extra.cuda.gdc_wait()
+    ev: tl.constexpr = "evict_first" if WC == 2 else ""
     if EVEN_K:
-        w = tl.load(w_rows + offs_k[None, :])
+        w = tl.load(w_rows + offs_k[None, :], eviction_policy=ev)
     else:
-        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+        w = tl.load(w_rows + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0, eviction_policy=ev)
     if PDL and EARLY_W:
         tl.extra.cuda.gdc_wait()  # x (and r) come from the previous kernel
     if PDL and not LATE_LAUNCH:
@@ -191,7 +196,7 @@ def _gemv_kernel(
     if RESIDUAL:
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK)
+                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK, WC=WC)
     if PDL and LATE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
@@ -282,11 +287,13 @@ def _x_apply(a, b, inv, PRO: tl.constexpr, dt: tl.constexpr):
 
 @triton.jit
 def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr):
+                BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr,
+                WC: tl.constexpr = 0):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for a plain [N, K] weight whose rows start at
     w_rows [BLOCK_N, 1] pointers; w: its first [BLOCK_N, BLOCK_K] tile, already loaded (the
     caller issues it before the PDL wait)."""
     offs_k = tl.arange(0, BLOCK_K)
+    ev: tl.constexpr = "evict_first" if WC == 2 else ""  # GemvConfig.weight_cache
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
@@ -299,7 +306,7 @@ def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOC
         k = k0 + offs_k
         # the next tile is loaded before this one is used (the last iteration's load is masked off)
         kn = k + BLOCK_K
-        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0)
+        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0, eviction_policy=ev)
         xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
         acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
         w = w_next
@@ -539,10 +546,12 @@ def _launch(cfg, pdl: bool | None, w4: dict | None, args: tuple, early_weights: 
     cfg = cfg or default_config(n, k)
     if not isinstance(cfg, GemvConfig):
         raise ValueError("gemv: a plain weight takes a GemvConfig")
+    if cfg.weight_cache not in (0, 2):
+        raise ValueError(f"gemv: GemvConfig.weight_cache is 0 (no hint) or 2 (evict-first), got {cfg}")
     _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         *args, **consts, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=k % cfg.block_k == 0, PDL=pdl,
         VEC=min(cfg.block_k, 16 // args[2].element_size()),  # the elements of one 16-byte load
-        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k), LATE_LAUNCH=cfg.late_launch,
+        EARLY_W=early_weights, NORM_BLOCK=norm_block(cfg.block_k, k), LATE_LAUNCH=cfg.late_launch, WC=cfg.weight_cache,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
 

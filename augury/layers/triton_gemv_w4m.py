@@ -71,9 +71,8 @@ class W4MmaConfig:
     # > 0: before the PDL wait, the L2 is asked for this many of each warp's tiles beyond those loaded there
     # (stages > 1, which loads none there: its first ones)
     l2_first: int = 0
-    # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first, 3 / 4 the read-only
-    # path (`ld.global.nc`) without / with L1 allocation
-    weight_cache: int = 0
+    # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first
+    weight_cache: int = 2  # evict-first: +7.0% int4 B=1 end to end on an H100 (thirty-ninth session)
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -252,26 +251,10 @@ def _pairs(v, keep):
     return tl.where(keep, _h2(lo, hi), 0)
 
 
-def _ld_nc_asm(no_allocate: bool) -> str:
-    """PTX: a thread's 16 bytes through the read-only (non-coherent) path, zero where $8 (its mask) is 0."""
-    l1 = ".L1::no_allocate" if no_allocate else ""
-    return ("{\n.reg .pred p;\nsetp.ne.b32 p, $8, 0;\nmov.b32 $0, 0;\nmov.b32 $1, 0;\nmov.b32 $2, 0;\nmov.b32 $3, 0;\n"
-            f"@p ld.global.nc{l1}.v4.b32 {{$0, $1, $2, $3}}, [$4];\n}}")
-
-
-_LD_NC = tl.constexpr(_ld_nc_asm(False))
-_LD_NC_NA = tl.constexpr(_ld_nc_asm(True))
-
-
 @triton.jit
-def _ld(ptrs, m, MASKED: tl.constexpr, WC: tl.constexpr, ASM: tl.constexpr):
-    """A weight-stream load [T, 4] (masked by m [T, 1] if MASKED) with W4MmaConfig.weight_cache's hint: 0 none,
-    1 `.cg` (not allocated in L1), 2 evict-first (PTX combines neither with the other), 3 / 4 the read-only path
-    (`ld.global.nc`) without / with L1 allocation (inline PTX, a thread's row at once: compiled only)."""
-    if WC >= 3 and ASM:
-        ok = tl.broadcast_to(m, ptrs.shape).to(tl.int32) if MASKED else tl.full(ptrs.shape, 1, tl.int32)
-        return tl.inline_asm_elementwise(_LD_NC_NA if WC == 3 else _LD_NC, "=r,=r,=r,=r,l,l,l,l,r,r,r,r", [ptrs, ok],
-                                         dtype=tl.int32, is_pure=True, pack=4)
+def _ld(ptrs, m, MASKED: tl.constexpr, WC: tl.constexpr):
+    """A weight-stream load (masked by m if MASKED) with W4MmaConfig.weight_cache's hint: 0 none, 1 `.cg` (not
+    allocated in L1), 2 evict-first (PTX combines neither with the other)."""
     cm: tl.constexpr = ".cg" if WC == 1 else ""
     ev: tl.constexpr = "evict_first" if WC == 2 else ""
     if MASKED:
@@ -280,13 +263,13 @@ def _ld(ptrs, m, MASKED: tl.constexpr, WC: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(w_ptrs, s_ptrs, ok, EVEN: tl.constexpr, WC: tl.constexpr = 0, ASM: tl.constexpr = False):
+def _load_tile(w_ptrs, s_ptrs, ok, EVEN: tl.constexpr, WC: tl.constexpr = 0):
     """A warp's tile: its four 16-byte word loads and its scales' (masked unless EVEN: ok [T] says which
     warps' tiles lie inside the weight; WC: `_ld`'s cache hints)."""
     m = ok[:, None]
     M: tl.constexpr = not EVEN
-    return (_ld(w_ptrs, m, M, WC, ASM), _ld(w_ptrs + 128, m, M, WC, ASM), _ld(w_ptrs + 256, m, M, WC, ASM),
-            _ld(w_ptrs + 384, m, M, WC, ASM), _ld(s_ptrs, m, M, WC, ASM))
+    return (_ld(w_ptrs, m, M, WC), _ld(w_ptrs + 128, m, M, WC), _ld(w_ptrs + 256, m, M, WC),
+            _ld(w_ptrs + 384, m, M, WC), _ld(s_ptrs, m, M, WC))
 
 
 @triton.jit
@@ -411,13 +394,13 @@ def _w4_mma_kernel(
     S_STEP: tl.constexpr = W * 128
     last_rt = tl.minimum(NT, pid_n * (NB // 16) + NB // 16) - 1  # the chunk's last row tile (L2A's clamp)
     if STAGES == 1:  # the warp's first PF tiles in flight before the PDL wait (STAGES > 1 loads all in its loop)
-        p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN, WC, ASM)
+        p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, rt < NT, EVEN, WC)
         if PF >= 2:
-            q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False, WC, ASM)
+            q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, rt + W < NT, False, WC)
         if PF >= 3:
-            u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, rt + 2 * W < NT, False, WC, ASM)
+            u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, rt + 2 * W < NT, False, WC)
         if PF >= 4:
-            h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, rt + 3 * W < NT, False, WC, ASM)
+            h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, rt + 3 * W < NT, False, WC)
     if ASM:  # the L2 asked for the next L2F tiles before the wait (hints: no registers)
         for j in tl.static_range(L2F):
             _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + ((PF if STAGES == 1 else 0) + j) * W, last_rt, lane)
@@ -465,7 +448,7 @@ def _w4_mma_kernel(
     junk = tl.zeros([T, 4], dtype=tl.int32)  # LOADS_ONLY: what keeps the loads alive
     if STAGES > 1:  # every tile loaded in its own iteration, STAGES - 1 ahead through shared memory (cp.async)
         for it in tl.range(0, TILES, num_stages=STAGES):
-            t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN, WC, ASM)
+            t0, t1, t2, t3, st = _load_tile(w_ptrs + it * W_STEP, s_ptrs + it * S_STEP, rt + it * W < NT, EVEN, WC)
             okt = first if EVEN else first & (out + it * 16 * W < N)
             junk = _use_tile(t0, t1, t2, t3, st, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
                              c_init, xz, unscale, ws_row, out + it * 16 * W, okt, junk, W, ASM, LOADS_ONLY)
@@ -477,7 +460,7 @@ def _w4_mma_kernel(
         for it in range(TILES - PF):
             w_ptrs += W_STEP
             s_ptrs += S_STEP
-            n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN, WC, ASM)
+            n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, rt + (it + PF) * W < NT, EVEN, WC)
             if L2A > 0 and ASM:  # past the chunk's end: its last tile again (an L2 hit, never another's bytes)
                 _hint_tile(w_ptr, sz_ptr, pid_k * NT, rt + (it + PF + L2A) * W, last_rt, lane)
             junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3,
@@ -540,9 +523,8 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
                          f"{nb} rows for {cfg}")
-    if cfg.weight_cache not in (0, 1, 2, 3, 4):
-        raise ValueError(f"gemv: the mma int4 GEMV's weight_cache is 0 (none), 1 (.cg), 2 (evict-first), 3 / 4 (the "
-                         f"read-only path without / with L1 allocation), got {cfg}")
+    if cfg.weight_cache not in (0, 1, 2):
+        raise ValueError(f"gemv: the mma int4 GEMV's weight_cache is 0 (none), 1 (.cg) or 2 (evict-first), got {cfg}")
     if cfg.prefetch not in (1, 2, 3, 4):
         raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 to 4 tiles, got {cfg}")
     grid = (triton.cdiv(n, nb), k // MMA_COLS)

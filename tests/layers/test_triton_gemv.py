@@ -405,6 +405,24 @@ def test_llama3_8b_shapes_on_cuda(n, k):
     torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=2e-2)
 
 
+@here
+@pytest.mark.parametrize("n,k", [(13, 100), (4096, 4096), (6144, 4096)] if DEV.type == "cuda" else [(13, 100)])
+def test_evict_first_weight_stream_is_bitwise_the_plain_one(n, k):
+    """GemvConfig.weight_cache = 2 (an L2 eviction hint on the weight loads) changes no bit; a value it does not
+    know is refused."""
+    from dataclasses import replace
+
+    from augury.layers.triton_gemv import default_config
+
+    x, w = _rand(1, k, seed=12), _rand(n, k, seed=13)
+    if DEV.type == "cuda":
+        x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    base = replace(default_config(n, k) if DEV.type == "cuda" else SMALL, weight_cache=0)
+    assert torch.equal(gemv(x, w, cfg=replace(base, weight_cache=2)), gemv(x, w, cfg=base))
+    with pytest.raises(ValueError, match="weight_cache is 0"):
+        gemv(x, w, cfg=replace(base, weight_cache=1))
+
+
 @cuda_only
 @pytest.mark.parametrize("early,late", [(True, False), (False, False), (True, True)])
 def test_weights_before_or_after_the_wait_on_cuda(early, late):
