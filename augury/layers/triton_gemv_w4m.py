@@ -71,8 +71,9 @@ class W4MmaConfig:
     # > 0: before the PDL wait, the L2 is asked for this many of each warp's tiles beyond those loaded there
     # (stages > 1, which loads none there: its first ones)
     l2_first: int = 0
-    # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first
-    weight_cache: int = 2  # evict-first: +7.0% int4 B=1 end to end on an H100 (thirty-ninth session)
+    # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first (+7.2% int4 B=1 end to
+    # end on an H100, thirty-ninth session); the persistent grid (`persistent` > 0) keeps plain loads
+    weight_cache: int = 2
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
