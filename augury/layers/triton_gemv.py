@@ -180,7 +180,7 @@ def _gemv_kernel(
     # with EARLY_W off it is loaded after the wait (the benchmarks compare the two: gemv_gpu)
     if PDL and not EARLY_W:
         tl.extra.cuda.gdc_wait()
-    ev: tl.constexpr = "evict_first" if WC == 2 else ""
+    ev: tl.constexpr = "evict_first" if WC == 2 else ""  # GemvConfig.weight_cache, for every weight load
     if EVEN_K:
         w = tl.load(w_rows + offs_k[None, :], eviction_policy=ev)
     else:
@@ -196,7 +196,7 @@ def _gemv_kernel(
     if RESIDUAL:
         r = tl.load(r_ptr + rows, mask=n_ok, other=0.0)
     acc = _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO=PRO, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK, WC=WC)
+                      VEC=VEC, dt=dt, NORM_BLOCK=NORM_BLOCK, EV=ev)
     if PDL and LATE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
     y = _rnd(acc, dt).to(dt)  # exact: _rnd already rounded it
@@ -288,12 +288,11 @@ def _x_apply(a, b, inv, PRO: tl.constexpr, dt: tl.constexpr):
 @triton.jit
 def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, VEC: tl.constexpr, dt: tl.constexpr, NORM_BLOCK: tl.constexpr,
-                WC: tl.constexpr = 0):
+                EV: tl.constexpr = ""):
     """sum_k W[rows, k] * prologue(x)[k] in fp32 for a plain [N, K] weight whose rows start at
     w_rows [BLOCK_N, 1] pointers; w: its first [BLOCK_N, BLOCK_K] tile, already loaded (the
-    caller issues it before the PDL wait)."""
+    caller issues it before the PDL wait); EV: the weight loads' eviction policy (the caller's)."""
     offs_k = tl.arange(0, BLOCK_K)
-    ev: tl.constexpr = "evict_first" if WC == 2 else ""  # GemvConfig.weight_cache
     inv = 1.0
     if PRO == 1:
         inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
@@ -306,7 +305,7 @@ def _dense_rows(w, w_rows, x_ptr, g_ptr, K, eps, norm_k, PRO: tl.constexpr, BLOC
         k = k0 + offs_k
         # the next tile is loaded before this one is used (the last iteration's load is masked off)
         kn = k + BLOCK_K
-        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0, eviction_policy=ev)
+        w_next = tl.load(w_rows + kn[None, :], mask=(kn < K)[None, :], other=0.0, eviction_policy=EV)
         xv = _x_in(x_ptr, g_ptr, k, k < K, K, inv, PRO, dt)
         acc += tl.sum(tl.reshape(w.to(tl.float32) * xv[None, :], [BLOCK_N, BLOCK_K // VEC, VEC]), axis=2)
         w = w_next

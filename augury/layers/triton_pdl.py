@@ -33,9 +33,6 @@ def prefetch_l2(ptrs, EVICT_LAST: tl.constexpr = True):
     (evict-last, so the weight stream of the kernel still running does not push them out before they are
     used), or a stream's lines a few steps ahead of its loads (EVICT_LAST=False: read once, pinned by
     nothing). A hint only: it changes no result. CUDA only (inline PTX: not under the interpreter)."""
-    if EVICT_LAST:
-        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+    asm: tl.constexpr = ("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;" if EVICT_LAST
+                         else "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;")
+    tl.inline_asm_elementwise(asm, "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
