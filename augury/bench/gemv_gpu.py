@@ -335,6 +335,8 @@ _W4M_CFGS = {
     **{f"wc{n}_all": {p: {"weight_cache": n} for p in _LATE} for n in (0, 1, 2)},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
+# attention asks the L2 for o_proj's weight lines once its q is in (`paged_decode_attention(l2_warm=...)`)
+LAYER_VARIANTS["attention_warms_o"] = _ON | {"attn": 3, "warm_o": True}
 # the same for products on tinygemm's bytes (W4SplitConfig fields)
 LAYER_VARIANTS["w4t_late_all"] = _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True} for p in _LATE}}
 LAYER_VARIANTS.update({f"w4t_late_{p}": _ON | {"attn": 3, "w4tcfg": {p: {"late_launch": True}}} for p in _LATE})
@@ -444,9 +446,11 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
                         early_weights=pdl["early"], cfg=cfg(pdl, "qkv", mix and mix[0]))
         defer = pdl.get("defer", False)
         if attn:
+            # warm_o: attention asks the L2 for o_proj's weight (and scales) while the DRAM idles under it
+            warm = tuple(wt["o_proj"][k] for k in ("w", "scales_zeros") if k in wt["o_proj"]) if pdl.get("warm_o") else ()
             o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                        pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
-                                       times=None if i is None else stamps[i], defer_merge=defer)
+                                       times=None if i is None else stamps[i], defer_merge=defer, l2_warm=warm)
         else:
             o = parts_fixed if defer else o_fixed
         if defer:

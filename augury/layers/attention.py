@@ -385,14 +385,16 @@ def attend_written(
     gmeta: GroupAttnMeta,
     scale: float,
     softcap: float | None,
+    l2_warm: tuple[torch.Tensor, ...] = (),
 ) -> torch.Tensor:
     """`paged_attention` over plain pools that already hold this step's K/V (the fused GPU
-    decode layer writes them in its qkv kernel): q [T, H, D] -> [T, H, D]."""
+    decode layer writes them in its qkv kernel): q [T, H, D] -> [T, H, D]. l2_warm: the next
+    product's weight tensors, which the decode kernel asks the L2 for (`triton_paged_decode`)."""
     if q.is_cuda and (kernels := _paged_kernel()) is not None:
         # decode and verify segments read the pool in place (no gathered K/V copy); wide
         # segments (prefill chunks) keep gather + SDPA inside attend_paged. Under
         # torch.compile the kernel is one opaque custom op (augury::paged_decode_attention)
-        return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap)
+        return kernels.attend_paged(q, k_pool, v_pool, gmeta, scale, softcap, l2_warm)
     if softcap is None and q.device.type == "cpu" and torch.compiler.is_compiling():
         from augury.layers.attention_cpu_op import attend_compiled_cpu  # registered by engine/loader.py
 

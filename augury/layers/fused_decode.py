@@ -36,6 +36,8 @@ _ROPE_KV_ON = os.environ.get("AUGURY_FUSED_ROPE_KV", "1") != "0"  # the rope + K
 # sessions) it takes 3.9-4.1 us a layer out of attention, but the merge in front of every o_proj program costs
 # more: bf16 (split-K o_proj) 247.4 against 252.5 tok/s end to end, int4 431.8 against 446.8
 _DEFER_MERGE = os.environ.get("AUGURY_DEFER_MERGE", "0")
+# attention asks the L2 for o_proj's int4 weight and scales while it leaves the DRAM idle (A/B runs)
+_WARM_O = os.environ.get("AUGURY_ATTN_WARM_O", "0") != "0"
 if _DEFER_MERGE not in ("0", "1", "int4"):
     raise ValueError(f"AUGURY_DEFER_MERGE={_DEFER_MERGE!r}: use 0, 1 or int4")
 
@@ -163,7 +165,10 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
             h = fused_gemv(parts[0], **_weight(attn.o_proj, h.dtype), residual=h, merge_ml=parts[1])
             gu = fused_gemv(h, **_weight(mlp.gate_up_proj, h.dtype), norm_weight=n2.weight, eps=n2.eps)
             return fused_gemv(gu, **_weight(mlp.down_proj, h.dtype), silu_mul=True, residual=h)
-        o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap).reshape(1, H * D)
+        wo = _weight(attn.o_proj, h.dtype)
+        warm = tuple(t for t in (wo.get("w"), wo.get("scales_zeros")) if t is not None and t.is_contiguous()) if _WARM_O else ()
+        o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap,
+                           l2_warm=warm).reshape(1, H * D)
     else:
         qkv = fused_gemv(h, **_weight(attn.qkv_proj, h.dtype), norm_weight=n1.weight, eps=n1.eps)
         o = attn.attend(qkv, rope, gmeta, k_pool, v_pool)

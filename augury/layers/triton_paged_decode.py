@@ -93,6 +93,18 @@ def supported(q: torch.Tensor, k_pool: torch.Tensor, max_q: int | None = None) -
 
 
 @triton.jit
+def _warm_share(ptr, n_lines, pid, P, T: tl.constexpr):
+    """Program pid of P asks the L2 for its share of the n_lines 128-byte lines at ptr (clamped to the last
+    line: a repeated hint is harmless; a hint never reads past the tensor)."""
+    base = ptr.to(tl.pointer_type(tl.int8))
+    share = tl.cdiv(n_lines, P)
+    lo = pid * share
+    for i0 in range(0, share, T):
+        line = tl.minimum(lo + i0 + tl.arange(0, T), n_lines - 1).to(tl.int64)
+        prefetch_l2(base + line * 128, False)
+
+
+@triton.jit
 def _paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, gather_ptr, bias_ptr, o_ptr,
     acc_ptr, m_ptr, l_ptr, cnt_ptr, t_ptr,
@@ -104,6 +116,7 @@ def _paged_decode_kernel(
     ONE_LAUNCH: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_SPLITS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
     PREFETCH: tl.constexpr, PDL: tl.constexpr, TIMES: tl.constexpr = False, DEFER: tl.constexpr = False,
     L2_TILES: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64,
+    warm0_ptr=None, warm0_lines=0, warm1_ptr=None, warm1_lines=0, WARM: tl.constexpr = 0, WARM_T: tl.constexpr = 128,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -142,6 +155,14 @@ def _paged_decode_kernel(
     q = tl.load(q_ptr + b * s_qb + j[:, None] * s_qj + head[:, None] * s_qh + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [M, BD]
     cdt = q.dtype
+    if WARM > 0:
+        # the next kernel's weights asked of the L2 (`l2_warm`): at one token attention leaves the DRAM idle
+        # for microseconds (its own rows are L2 hits, fetched before the wait), and o_proj comes next
+        P = tl.num_programs(0) * HKV * num_splits
+        pid = (b * HKV + h) * num_splits + sp
+        _warm_share(warm0_ptr, warm0_lines, pid, P, WARM_T)
+        if WARM > 1:
+            _warm_share(warm1_ptr, warm1_lines, pid, P, WARM_T)
 
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: fully masked tiles stay NaN-free
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -312,6 +333,7 @@ def paged_decode_attention(
     pdl_mode: int | None = None,
     times: torch.Tensor | None = None,
     defer_merge: bool = False,
+    l2_warm: tuple[torch.Tensor, ...] = (),
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """-> [B, max_q, H, D] in q's dtype. Pool rows are cast to q's dtype on load.
     defer_merge: B = 1 and max_q = 1 only; the splits' partials are left for the next product to
@@ -322,7 +344,9 @@ def paged_decode_attention(
     choice and a second merge kernel (benchmarks compare them). num_splits / block_n /
     num_warps / num_stages / prefetch / l2_tiles override the choice (tests, sweeps; l2_tiles is 0 off
     CUDA: the interpreter has no inline PTX); pdl_mode: a value of
-    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); times: a contiguous int64 CUDA tensor
+    `PDL_MODES` instead of AUGURY_ATTN_PDL's (benchmarks); l2_warm: up to two contiguous tensors (the next
+    product's weight and scales) whose lines the programs ask the L2 for, shared out among them, once
+    their own q is loaded (a hint: no result changes; CUDA only); times: a contiguous int64 CUDA tensor
     of at least [programs, 5] for the latency probe (`augury.bench.gemv_gpu --attn-probe`; CUDA only). Inside a CUDA-graph
     capture that finds too few arrival counters (none are created there) the call merges
     with the second kernel."""
@@ -371,6 +395,11 @@ def paged_decode_attention(
                               or q.device.type != "cuda" or times.numel() < B * Hkv * S * 5):
         raise ValueError(f"paged_decode_attention: times must be a contiguous int64 tensor of >= {B * Hkv * S * 5} "
                          f"elements on q's CUDA device")
+    if len(l2_warm) > 2 or any(not t.is_contiguous() for t in l2_warm):
+        raise ValueError("paged_decode_attention: l2_warm takes up to two contiguous tensors")
+    warm = [t for t in l2_warm if t.device.type == "cuda"] if q.device.type == "cuda" else []
+    warm_args = [a for t in warm for a in (t, -(-t.numel() * t.element_size() // 128))]
+    warm_args += [out, 0] * (2 - len(warm))
     _paged_decode_kernel[(B, Hkv, S)](
         q, k_pool, v_pool, gather_slots, bias, out, acc, m, l, counters if merged_here else out,
         times if times is not None else out,
@@ -384,7 +413,8 @@ def paged_decode_attention(
         MERGE_CHUNK=merge_chunk(S, rows, BLOCK_D, num_warps) if merged_here else 1,
         PREFETCH=cfg.prefetch if prefetch is None else prefetch, PDL=pdl, TIMES=times is not None, DEFER=defer_merge,
         L2_TILES=l2, LINES=lines, LINE=line, num_warps=num_warps, num_stages=num_stages or cfg.num_stages,
-        **({"launch_pdl": True} if pdl else {}),
+        warm0_ptr=warm_args[0], warm0_lines=warm_args[1], warm1_ptr=warm_args[2], warm1_lines=warm_args[3],
+        WARM=len(warm), WARM_T=32 * num_warps, **({"launch_pdl": True} if pdl else {}),
     )
     if defer_merge:
         return acc, ml
@@ -461,20 +491,20 @@ def attend_partials(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
 
 
 def attend_paged(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gmeta, scale: float,
-                 softcap: float | None) -> torch.Tensor:
+                 softcap: float | None, l2_warm: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
     """Drop-in for `augury.layers.attention.attend` over a plain pool: q [T, H, D] -> [T, H, D].
 
     Per segment of the step (GroupAttnMeta.parts: decodes apart from verify windows), the
     kernel where `supported` takes the width; wider segments (prefill chunks) keep the
     gather + SDPA path. The additive mask is read, not rebuilt (CUDA graphs refill it)."""
-    if gmeta.parts is None:
-        return _attend_segment(q, k_pool, v_pool, gmeta, scale, softcap)
+    if gmeta.parts is None:  # one segment: l2_warm's hints go with its launch (`paged_decode_attention`)
+        return _attend_segment(q, k_pool, v_pool, gmeta, scale, softcap, l2_warm)
     return torch.cat([_attend_segment(q[lo:hi], k_pool, v_pool, part, scale, softcap)
                       for lo, hi, part in gmeta.parts])
 
 
 def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, gm, scale: float,
-                    softcap: float | None) -> torch.Tensor:
+                    softcap: float | None, l2_warm: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
     T, H, D = q.shape
     B, max_q = gm.num_seqs, gm.max_q
     if not supported(q, k_pool, max_q):
@@ -483,7 +513,10 @@ def _attend_segment(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         return attend(q, lambda s: k_pool.index_select(0, s), lambda s: v_pool.index_select(0, s), gm, scale,
                       softcap)
     qp = q.view(B, max_q, H, D) if gm.q_index is None else q.index_select(0, gm.q_index).view(B, max_q, H, D)
-    run = paged_decode_op if torch.compiler.is_compiling() else paged_decode_attention
-    o = run(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
+    if torch.compiler.is_compiling():  # the opaque op takes no hints
+        o = paged_decode_op(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap)
+    else:
+        o = paged_decode_attention(qp, k_pool, v_pool, gm.gather_slots, gm.additive_mask(q.dtype), scale, softcap,
+                                   l2_warm=l2_warm)
     o = o.reshape(B * max_q, H, D)
     return o if gm.out_index is None else o.index_select(0, gm.out_index)

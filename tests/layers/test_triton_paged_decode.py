@@ -510,6 +510,45 @@ def test_l2_prefetch_before_the_wait_changes_no_result():
         assert torch.equal(got, want), f"call {i}: {kw}"
 
 
+@cuda_only
+def test_warming_the_next_weight_changes_no_result():
+    """`l2_warm` (attention asks the L2 for the next product's weight and scales, shared out among its
+    programs, once its q is in): bitwise the plain launch, eagerly and replayed in a CUDA graph, for one and
+    two tensors, tensors smaller than the grid's share and ones not a whole number of 128-byte lines."""
+    H, Hkv, D = 32, 8, 128
+    _, kp, vp, gm = _case([(700, 1)], H=H, Hkv=Hkv, D=D, num_blocks=96, dtype=torch.bfloat16)
+    bias = gm.additive_mask(torch.bfloat16)
+    q = torch.randn(1, 1, H, D, device=DEV, dtype=torch.bfloat16)
+    w = torch.randint(-2**31, 2**31 - 1, (256, 4096, 16), device=DEV, dtype=torch.int32)
+    sz = torch.randint(-2**31, 2**31 - 1, (16, 64, 128), device=DEV, dtype=torch.int32)
+    odd = torch.randn(1000 * 37 + 3, device=DEV, dtype=torch.bfloat16)
+    want = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5)
+    for warm in [(w,), (w, sz), (odd,), (torch.zeros(5, device=DEV, dtype=torch.int32), sz)]:
+        got = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, l2_warm=warm)
+        assert torch.equal(got, want), [t.shape for t in warm]
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        gout = paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5, l2_warm=(w, sz))
+    torch.cuda.current_stream().wait_stream(side)
+    for i in range(2):
+        q.copy_(torch.randn(1, 1, H, D, device=DEV, dtype=torch.bfloat16, generator=torch.Generator(DEV).manual_seed(i)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(gout, paged_decode_attention(q, kp, vp, gm.gather_slots, bias, D ** -0.5)), i
+
+
+def test_warming_takes_at_most_two_contiguous_tensors():
+    """`l2_warm` is refused (before any launch) for three tensors or a strided one."""
+    q, kp, vp, gm = _case([(40, 1)], H=4, Hkv=2, D=16, num_blocks=8)
+    bias = gm.additive_mask(q.dtype)
+    t = torch.zeros(64, 4, device=DEV)
+    for warm in [(t, t, t), (t.t(),)]:
+        with pytest.raises(ValueError, match="l2_warm"):
+            paged_decode_attention(q, kp, vp, gm.gather_slots, bias, 0.25, l2_warm=warm)
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)

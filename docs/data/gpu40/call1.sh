@@ -1,0 +1,24 @@
+# fortieth session, device call 1: attention warms o_proj's int4 weight into the L2 (l2_warm): CUDA tests, layer
+# chain (with a few launch variants re-read under evict-first), end to end against the default
+set -x
+T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+AUGURY_TEST_DEVICE=cuda timeout 150 python -m pytest -q -p no:cacheprovider tests/layers/test_triton_paged_decode.py \
+  -k "warming or l2_prefetch" > $OUT/pytest1.txt 2>&1; tail -2 $OUT/pytest1.txt
+timeout 170 python -m augury.bench.gemv_gpu --weights int4 --shapes "" --chains layer_chain --int4-layout mma \
+  --layer-variants attention_waits,attention_warms_o,w4m_w2_down,w4m_d256,w4m_o256,w4m_q512,w4m_g448 --rounds 2 --ctx 1100 \
+  --out /tmp/chain1 > /tmp/chain1.log 2>&1
+grep "layer chain" /tmp/chain1.log | tee $OUT/chain1.log; tail -3 /tmp/chain1.log
+R="python -m augury.bench.roofline --quick --cases b1 --skip-small"
+run() { tag=$1; shift; [ $(left) -gt 30 ] || { echo "skip $tag"; return; }
+  echo "=== $tag" >> $OUT/e2e1.log; timeout $(( $(left) - 2 )) env "$@" > /tmp/e2e.log 2>&1; cat /tmp/e2e.log >> $OUT/e2e1.log
+  grep -h "'tok_s'" /tmp/e2e.log | sed "s/^/$tag /"; }
+for i in 1 2; do
+  run i4base$i AUGURY_INT4_GEMV=1 $R --weights int4 --out /tmp/a$i
+  run i4warm$i AUGURY_INT4_GEMV=1 AUGURY_ATTN_WARM_O=1 $R --weights int4 --out /tmp/b$i
+done
+OLD="qkv:weight_cache=0;o_proj:weight_cache=0;gate_up:weight_cache=0;down:weight_cache=0;lm_head:weight_cache=0"
+run i4wc0 AUGURY_INT4_GEMV=1 AUGURY_W4M_CFG="$OLD" $R --weights int4 --out /tmp/c
+echo done $(left)
