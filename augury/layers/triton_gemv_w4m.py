@@ -72,7 +72,7 @@ class W4MmaConfig:
     # (stages > 1, which loads none there: its first ones)
     l2_first: int = 0
     # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first (+7.2% int4 B=1 end to
-    # end on an H100, thirty-ninth session); the persistent grid (`persistent` > 0) keeps plain loads
+    # end on an H100, thirty-ninth session); the persistent grid (`persistent` > 0) takes it too
     weight_cache: int = 2
 
 
@@ -549,7 +549,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
                 x, g, w, sz, r, y, ws, cnt, n, k, n // MMA_ROWS, eps, float(k), *rope_args,
                 PRO=pro, RESIDUAL=residual, ROPE_KV=rope_kv, HALF=half, PP=min(64, half & -half), NB=nb,
                 W=cfg.num_warps, PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096),
-                PIECES=pieces, PF=cfg.prefetch, LOADS_ONLY=loads_only, num_warps=cfg.num_warps, num_stages=1, **opts,
+                PIECES=pieces, PF=cfg.prefetch, LOADS_ONLY=loads_only, WC=cfg.weight_cache, num_warps=cfg.num_warps, num_stages=1, **opts,
             )
             return
         # shapes whose steps would straddle K slices, and the merge prologue: the grid form below

@@ -50,6 +50,7 @@ def _w4_mma_stream_kernel(
     PRO: tl.constexpr, RESIDUAL: tl.constexpr, ROPE_KV: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr,
     NB: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr, ASM: tl.constexpr, NSPLIT: tl.constexpr,
     NORM_BLOCK: tl.constexpr, PIECES: tl.constexpr, PF: tl.constexpr = 1, LOADS_ONLY: tl.constexpr = False,
+    WC: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     npro = tl.num_programs(0)
@@ -75,13 +76,13 @@ def _w4_mma_stream_kernel(
     S_STEP: tl.constexpr = W * 128
     # the run's first PF steps in flight before the PDL wait (the weight is no earlier kernel's); loads past
     # the run are masked off (they are the next program's)
-    p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, zero_t + s0 < s1, False)
+    p0, p1, p2, p3, sc = _load_tile(w_ptrs, s_ptrs, zero_t + s0 < s1, False, WC)
     if PF >= 2:
-        q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, zero_t + s0 + 1 < s1, False)
+        q0, q1, q2, q3, sq = _load_tile(w_ptrs + W_STEP, s_ptrs + S_STEP, zero_t + s0 + 1 < s1, False, WC)
     if PF >= 3:
-        u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, zero_t + s0 + 2 < s1, False)
+        u0, u1, u2, u3, su = _load_tile(w_ptrs + 2 * W_STEP, s_ptrs + 2 * S_STEP, zero_t + s0 + 2 < s1, False, WC)
     if PF >= 4:
-        h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, zero_t + s0 + 3 < s1, False)
+        h0, h1, h2, h3, sh = _load_tile(w_ptrs + 3 * W_STEP, s_ptrs + 3 * S_STEP, zero_t + s0 + 3 < s1, False, WC)
     w_ptrs += (PF - 1) * W_STEP
     s_ptrs += (PF - 1) * S_STEP
     if PDL:
@@ -111,7 +112,7 @@ def _w4_mma_stream_kernel(
                 x_ptr, g_ptr, st // spk, grp, use, K, inv, p0, is_a, is_b, t, PRO, dt, W, ASM)
         w_ptrs += W_STEP
         s_ptrs += S_STEP
-        n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, zero_t + st + PF < s1, False)
+        n0, n1, n2, n3, scn = _load_tile(w_ptrs, s_ptrs, zero_t + st + PF < s1, False, WC)
         junk = _use_tile(p0, p1, p2, p3, sc, b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale,
                          ws_ptr, out, first, junk, W, ASM, LOADS_ONLY)
         out += 16 * W

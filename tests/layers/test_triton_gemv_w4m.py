@@ -56,7 +56,8 @@ CASES = [(16, 256, M(16, 1)), (32, 512, M(32, 2)), (64, 512, M(64, 1, prefetch=2
          (208, 512, M(128, 1, stages=3, l2_first=4)),
          (208, 512, M(128, 1, prefetch=2, weight_cache=0)), (96, 768, M(64, 2, weight_cache=1))]  # cache hints
 PERSISTENT = [(256, 512, M(64, 1, persistent=1)), (96, 768, M(64, 2, prefetch=2, persistent=2)),
-              (208, 512, M(128, 1, prefetch=4, persistent=1)), (128, 512, M(64, 4, prefetch=3, persistent=1))]
+              (208, 512, M(128, 1, prefetch=4, persistent=1)), (128, 512, M(64, 4, prefetch=3, persistent=1)),
+              (96, 768, M(64, 2, prefetch=2, persistent=2, weight_cache=1))]  # the persistent grid takes the hints
 CASES += PERSISTENT
 
 
@@ -240,14 +241,16 @@ def test_replays_in_a_cuda_graph():
 @pytest.mark.parametrize("n,k", LLAMA3_8B_SHAPES[:4])  # the layer products
 def test_llama3_8b_shapes_persistent_are_bitwise_the_grid_form(n, k):
     """On the H200's own multiprocessor count, three and four programs a multiprocessor, two and four tiles in
-    flight: the 8B shapes' persistent products equal the grid form's bit for bit."""
+    flight, evict-first and plain weight loads: the 8B shapes' persistent products equal the grid form's bit for
+    bit."""
     packed, sz, _ = _int4(n, k, seed=n % 97)
     x = _rand(1, k, seed=5, dtype=torch.bfloat16)
     base = triton_gemv_w4m.default_config(n, k)
     want = gemv(x, packed, scales_zeros=sz, group_size=32, cfg=replace(base, persistent=0))
-    for per_sm, pf in ((4, 2), (3, 4)):
-        got = gemv(x, packed, scales_zeros=sz, group_size=32, cfg=replace(base, persistent=per_sm, prefetch=pf))
-        assert torch.equal(got, want), (per_sm, pf)
+    for per_sm, pf, wc in ((4, 2, 2), (3, 4, 2), (4, 2, 0)):
+        got = gemv(x, packed, scales_zeros=sz, group_size=32,
+                   cfg=replace(base, persistent=per_sm, prefetch=pf, weight_cache=wc))
+        assert torch.equal(got, want), (per_sm, pf, wc)
 
 
 @cuda_only
@@ -376,7 +379,7 @@ ptrs = {"w_ptr": "*i32", "sz_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
 out = {}
 for pro, pf in ((1, 2), (2, 2), (2, 4), (0, 1)):
     consts = dict(PRO=pro, RESIDUAL=pro != 1, ROPE_KV=False, HALF=1, PP=1, NB=512, W=4, PDL=True, ASM=True, NSPLIT=16,
-                  NORM_BLOCK=4096, PIECES=2, PF=pf, LOADS_ONLY=False)
+                  NORM_BLOCK=4096, PIECES=2, PF=pf, LOADS_ONLY=False, WC=2)
     g, lay = ttgir(fn, consts, ptrs)
     out[f"{pro}/{pf}"] = {
         "tiles": [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x4x!tt\.ptr<i32>, (#\w+)>", g)],
