@@ -333,6 +333,17 @@ _W4M_CFGS = {
     "st3f4_all": {p: {"stages": 3, "l2_first": 4} for p in _LATE},
     # the weight loads' cache hints (0 none, 1 .cg, 2 evict-first: the default since the thirty-ninth session)
     **{f"wc{n}_all": {p: {"weight_cache": n} for p in _LATE} for n in (0, 1, 2)},
+    # tiles staged through shared memory (cp.async) by programs of one or two warps: the pipeline's barrier is
+    # then a warp's own, the registers drop to 72 (down, offline sm_90), and the bytes in flight are no longer
+    # what the registers hold (4 warps: 87.7 against 78.3 us a layer, thirty-ninth session, call 2)
+    **{f"w1st{n}_down": {"down": {"num_warps": 1, "rows_per_program": 128, "stages": n}} for n in (3, 4, 6)},
+    "w1_down": {"down": {"num_warps": 1, "rows_per_program": 128}},
+    "w2st4_down": {"down": {"num_warps": 2, "rows_per_program": 256, "stages": 4}},
+    "st4_down": {"down": {"stages": 4}},
+    "w2st4_gate_up": {"gate_up": {"num_warps": 2, "rows_per_program": 448, "stages": 4}},
+    "st4_gate_up": {"gate_up": {"stages": 4}},
+    "w1st4_o_proj": {"o_proj": {"num_warps": 1, "rows_per_program": 32, "stages": 4}},
+    "st4_qkv": {"qkv": {"stages": 4}},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # attention asks the L2 for o_proj's weight lines once its q is in (`paged_decode_attention(l2_warm=...)`)
