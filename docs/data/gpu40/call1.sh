@@ -5,11 +5,11 @@ T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
-AUGURY_TEST_DEVICE=cuda timeout 150 python -m pytest -q -p no:cacheprovider tests/layers/test_triton_paged_decode.py \
+AUGURY_TEST_DEVICE=cuda timeout 100 python -m pytest -q -p no:cacheprovider tests/layers/test_triton_paged_decode.py \
   -k "warming or l2_prefetch" > $OUT/pytest1.txt 2>&1; tail -2 $OUT/pytest1.txt
 V=attention_waits,attention_warms_o,w4m_w1st4_down,w4m_w1st3_down,w4m_w1_down,w4m_w2st4_down,w4m_st4_down
 V=$V,w4m_w2st4_gate_up,w4m_st4_gate_up,w4m_w1st4_o_proj,w4m_st4_qkv
-timeout 240 python -m augury.bench.gemv_gpu --weights int4 --shapes "" --chains layer_chain --int4-layout mma \
+timeout 230 python -m augury.bench.gemv_gpu --weights int4 --shapes "" --chains layer_chain --int4-layout mma \
   --layer-variants $V --rounds 2 --ctx 1100 \
   --out /tmp/chain1 > /tmp/chain1.log 2>&1
 grep "layer chain" /tmp/chain1.log | tee $OUT/chain1.log; tail -3 /tmp/chain1.log
