@@ -409,7 +409,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
     from augury.bench.kernels_gpu import _attention_case
     from augury.layers import triton_gemv_w4, triton_gemv_w4m, triton_gemv_w4r
     from augury.layers.triton_gemv import GemvConfig, default_config, gemv, qkv_rope_kv
-    from augury.layers.triton_paged_decode import paged_decode_attention
+    from augury.layers.triton_paged_decode import l2_warm_tensors, paged_decode_attention
 
     dt = torch.bfloat16
     H, Hkv, D = 32, 8, 128
@@ -458,7 +458,7 @@ def bench_layer_chain(dev: torch.device, bw: float, layers: int = 32, ctx: int =
         defer = pdl.get("defer", False)
         if attn:
             # warm_o: attention asks the L2 for o_proj's weight (and scales) while the DRAM idles under it
-            warm = tuple(wt["o_proj"][k] for k in ("w", "scales_zeros") if k in wt["o_proj"]) if pdl.get("warm_o") else ()
+            warm = l2_warm_tensors(wt["o_proj"]) if pdl.get("warm_o") else ()
             o = paged_decode_attention(q.view(1, 1, H, D), L["kp"], L["vp"], gm.gather_slots, bias, D ** -0.5,
                                        pdl_mode=pdl["attn"], **pdl.get("attn_kw", {}),
                                        times=None if i is None else stamps[i], defer_merge=defer, l2_warm=warm)

@@ -165,8 +165,11 @@ def llama_layer(layer: nn.Module, h: torch.Tensor, rope, gmeta, k_pool, v_pool) 
             h = fused_gemv(parts[0], **_weight(attn.o_proj, h.dtype), residual=h, merge_ml=parts[1])
             gu = fused_gemv(h, **_weight(mlp.gate_up_proj, h.dtype), norm_weight=n2.weight, eps=n2.eps)
             return fused_gemv(gu, **_weight(mlp.down_proj, h.dtype), silu_mul=True, residual=h)
-        wo = _weight(attn.o_proj, h.dtype)
-        warm = tuple(t for t in (wo.get("w"), wo.get("scales_zeros")) if t is not None and t.is_contiguous()) if _WARM_O else ()
+        warm = ()
+        if _WARM_O:  # attention asks the L2 for o_proj's weight (`triton_paged_decode.l2_warm_tensors`)
+            from augury.layers.triton_paged_decode import l2_warm_tensors
+
+            warm = l2_warm_tensors(_weight(attn.o_proj, h.dtype))
         o = attend_written(q.view(1, H, D), k_pool, v_pool, gmeta, attn.scale, attn.softcap,
                            l2_warm=warm).reshape(1, H * D)
     else:

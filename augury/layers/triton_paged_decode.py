@@ -315,6 +315,12 @@ def plan_launch(rows: int, batch_kv_heads: int, max_kv: int, d: int, sms: int,
     return cfg, split_plan(max_kv, S, cfg.block_n)[0]
 
 
+def l2_warm_tensors(weight: dict) -> tuple[torch.Tensor, ...]:
+    """A `gemv` weight's keywords (`fused_decode._weight`) -> the tensors `paged_decode_attention(l2_warm=...)`
+    takes for it: the weight and, where it has them, its scales (contiguous ones only, as that argument needs)."""
+    return tuple(t for t in (weight.get("w"), weight.get("scales_zeros")) if t is not None and t.is_contiguous())
+
+
 def paged_decode_attention(
     q: torch.Tensor,  # [B, max_q, H, D]
     k_pool: torch.Tensor,  # [num_slots, Hkv, D]
