@@ -336,7 +336,8 @@ _W4M_CFGS = {
     # tiles staged through shared memory (cp.async) by programs of one or two warps: the pipeline's barrier is
     # then a warp's own, the registers drop to 72 (down, offline sm_90), and the bytes in flight are no longer
     # what the registers hold (4 warps: 87.7 against 78.3 us a layer, thirty-ninth session, call 2). Measured on an
-    # H100 (forty-first session): all slower than the default's 72.05 us a layer (74.6-81.7, means of two rounds), w1_down equal (72.1)
+    # H100 (forty-first session): all slower than the default's 72.05 us a layer (74.6-81.7, means of two rounds),
+    # w1_down equal (72.1)
     **{f"w1st{n}_down": {"down": {"num_warps": 1, "rows_per_program": 128, "stages": n}} for n in (3, 4, 6)},
     "w1_down": {"down": {"num_warps": 1, "rows_per_program": 128}},
     "w2st4_down": {"down": {"num_warps": 2, "rows_per_program": 256, "stages": 4}},

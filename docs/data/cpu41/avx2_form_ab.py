@@ -1,11 +1,17 @@
-# forty-first session: the AVX2 int4 tile, the current form (each row's activations, d, 8*S and d*S read through
-# per-row pointers) against the experiment (avx2_interleave.patch: a chunk's rows interleaved per block, so one pointer
-# with constant offsets reaches them all), alternating in one process, in cache; bits checked equal. Needs the patch;
-# run under AUGURY_CPU_MARCH=x86-64-v3 on AVX-512 hosts. (With `#pragma GCC unroll 4` on the i loop as well: 0.71-0.77x
-# at 6-8 rows, so the patch leaves the loop rolled.)
+# forty-first session: the AVX2 int4 tile, the current form against an experiment behind the set_avx2_form hook,
+# alternating in one process, in cache; bits checked equal. Apply one patch, then `python avx2_form_ab.py LABEL`
+# under AUGURY_CPU_MARCH=x86-64-v3 on AVX-512 hosts:
+# - avx2_halves.patch (LABEL halves): the tile's two 8-column halves one after the other in each block, so a half's
+#   int16 accumulators stay in registers; the float accumulators in L1 (log: avx2_halves_ab.log)
+# - avx2_interleave.patch (LABEL interleaved): a chunk's rows' activations, d, 8*S and d*S interleaved per block, so
+#   one pointer with constant offsets reaches them all (log: avx2_interleave_ab.log). With `#pragma GCC unroll 4` on
+#   the i loop as well: 0.71-0.77x at 6-8 rows, so the patch leaves the loop rolled.
+import sys
 import time, torch
 import augury.cpu_kernels as ck
 from augury.cpu_kernels.int4 import pack_int4, int4_mm
+
+label = sys.argv[1] if len(sys.argv) > 1 else "experiment"
 assert ck.load()
 print("isa", torch.ops.augury_cpu.int4_isa())
 torch.manual_seed(0)
@@ -30,6 +36,6 @@ for name, shapes, n_in in (("layer's 4 products", [(960, 576), (576, 576), (3072
                 for _ in range(n_in):
                     for (p, sz, k), x in zip(ws, xs): int4_mm(x, p, sz, 32)
                 best[f] = min(best[f], (time.perf_counter() - t) / n_in)
-        print(f"{name}, {M} rows: current {best[0]*1e6:.1f} us, interleaved {best[1]*1e6:.1f} us, "
+        print(f"{name}, {M} rows: current {best[0]*1e6:.1f} us, {label} {best[1]*1e6:.1f} us, "
               f"speed-up {best[0]/best[1]:.3f}x, bits equal {same}", flush=True)
 torch.ops.augury_cpu.set_avx2_form(0)
