@@ -12,8 +12,8 @@ args = [int(a) for a in sys.argv[1:]] or [896, 4, 4]
 for nb, w, s in zip(args[0::3], args[1::3], args[2::3]):
     fn = G._g4m_kernel
     sig = {"w_ptr": "*i32", "sz_ptr": "*i32", "op_ptr": "*i32", "ws_ptr": "*fp32", "N": "i32", "NT": "i32",
-           "NB": "constexpr", "W": "constexpr", "S": "constexpr", "WC": "constexpr"}
-    consts = {"NB": nb, "W": w, "S": s, "WC": 2}
+           "NB": "constexpr", "W": "constexpr", "S": "constexpr", "WC": "constexpr", "PDL": "constexpr"}
+    consts = {"NB": nb, "W": w, "S": s, "WC": 2, "PDL": True}
     names = fn.arg_names
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ("w_ptr", "sz_ptr", "op_ptr", "ws_ptr", "N", "NT")}
     c = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),

@@ -53,14 +53,15 @@ for name in only:
         us = time_calls([lambda w=w: tri(w, **kw) for w in ws_list], dev)
         row[tag] = us
         print(f"{name} {tag}: {us:.2f} us ({frac(us):.1%})", flush=True)
-    for nb, warps, st in variants:
-        tag = f"gluon NB={nb} W={warps} S={st}"
+    for nb, warps, st, pdl in [v + (True,) for v in variants] + [variants[0] + (False,)]:
+        tag = f"gluon NB={nb} W={warps} S={st}" + ("" if pdl else " nopdl")
         try:
             part.zero_()
-            G.launch(ws_list[0][0], ws_list[0][1], op, part, N, K, nb, warps, st)
+            G.launch(ws_list[0][0], ws_list[0][1], op, part, N, K, nb, warps, st, pdl=pdl)
             got = G.unpair(part, N)
             err = ((got - ref).abs().max() / ref.abs().max()).item()
-            us = time_calls([lambda w=w: G.launch(w[0], w[1], op, part, N, K, nb, warps, st) for w in ws_list], dev)
+            us = time_calls([lambda w=w: G.launch(w[0], w[1], op, part, N, K, nb, warps, st, pdl=pdl) for w in ws_list],
+                            dev)
         except Exception as e:  # noqa: BLE001
             print(f"{name} {tag}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
             row[tag] = {"error": str(e)[:400]}

@@ -23,6 +23,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as ac
 
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
 from augury.layers import triton_gemv_w4m as M
 from augury.layers.triton_gemv import _x_apply, _x_load
 
@@ -85,7 +87,7 @@ def _issue(wbuf, sbuf, w_ptrs, s_ptrs, st, WC: gl.constexpr):
 
 @gluon.jit
 def _g4m_kernel(w_ptr, sz_ptr, op_ptr, ws_ptr, N, NT, NB: gl.constexpr, W: gl.constexpr, S: gl.constexpr,
-                WC: gl.constexpr):
+                WC: gl.constexpr, PDL: gl.constexpr = False):
     pid_k = gl.program_id(0)  # K-major, as the engine's layer products launch
     pid_n = gl.program_id(1)
     T: gl.constexpr = 32 * W
@@ -113,6 +115,9 @@ def _g4m_kernel(w_ptr, sz_ptr, op_ptr, ws_ptr, N, NT, NB: gl.constexpr, W: gl.co
         if j < TILES:
             _issue(wbuf, sbuf, w_ptrs + j * W_STEP, s_ptrs + j * S_STEP, j, WC)
         ac.commit_group()
+    if PDL:  # as the engine's products: the weights need nothing of the previous kernel, the operands do
+        gdc_wait()
+        gdc_launch_dependents()
     ob = op_ptr + pid_k * (11 * 128) + (lane * 4)[:, None] + jj[None, :]
     b_a0 = gl.load(ob)
     b_b0 = gl.load(ob + 128)
@@ -152,10 +157,11 @@ def _g4m_kernel(w_ptr, sz_ptr, op_ptr, ws_ptr, N, NT, NB: gl.constexpr, W: gl.co
 
 
 def launch(w: torch.Tensor, sz: torch.Tensor, op: torch.Tensor, ws: torch.Tensor, n: int, k: int,
-           nb: int, warps: int, stages: int, wc: int = 2) -> None:
+           nb: int, warps: int, stages: int, wc: int = 2, pdl: bool = False) -> None:
     """Partial sums of every K slice into ws [K / 256, N] (fp32) for the packed weight (w, sz)."""
     assert n % nb == 0 and nb % (16 * warps) == 0 and stages in (2, 4, 8)
-    _g4m_kernel[(k // 256, n // nb)](w, sz, op, ws, n, n // 16, NB=nb, W=warps, S=stages, WC=wc, num_warps=warps)
+    _g4m_kernel[(k // 256, n // nb)](w, sz, op, ws, n, n // 16, NB=nb, W=warps, S=stages, WC=wc, PDL=pdl,
+                                             num_warps=warps, **({"launch_pdl": True} if pdl else {}))
 
 
 def unpair(ws: torch.Tensor, n: int) -> torch.Tensor:
