@@ -28,9 +28,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from augury.layers import triton_gemv_w4m as M
 from augury.layers.triton_gemv import _x_apply, _x_load
 
+# Triton 3.9 names it async_load; older (the device image's) async_copy_global_to_shared
+_async_load = getattr(ac, "async_load", None) or ac.async_copy_global_to_shared
 _MMA4 = M._MMA4
 _ROW_SUMS = M._ROW_SUMS
-N_OPS = 11  # b_a0, b_b0, ..., b_b3, c_init, xz, unscale (each [32 lanes, 4] words)
+N_OPS = tl.constexpr(11)  # b_a0, b_b0, ..., b_b3, c_init, xz, unscale (each [32 lanes, 4] words)
 
 
 @triton.jit
@@ -65,7 +67,7 @@ def _prep_kernel(x_ptr, op_ptr, K):
 def prep_operands(x: torch.Tensor) -> torch.Tensor:
     """x [1, K] bf16 -> [K / 256, N_OPS, 32, 4] int32 (CUDA: the operands' inline PTX)."""
     k = x.shape[-1]
-    op = torch.empty(k // 256, N_OPS, 32, 4, dtype=torch.int32, device=x.device)
+    op = torch.empty(k // 256, N_OPS.value, 32, 4, dtype=torch.int32, device=x.device)
     _prep_kernel[(k // 256,)](x, op, k, num_warps=1)
     return op
 
@@ -81,8 +83,8 @@ def _issue(wbuf, sbuf, w_ptrs, s_ptrs, st, WC: gl.constexpr):
     """A warp's tile into stage st: its four 16-byte weight pieces and its scales' (each thread its own)."""
     ev: gl.constexpr = "evict_first" if WC == 2 else ""
     for k in gl.static_range(4):
-        ac.async_load(wbuf.index(st * 4 + k), w_ptrs + 128 * k, eviction_policy=ev)
-    ac.async_load(sbuf.index(st), s_ptrs, eviction_policy=ev)
+        _async_load(wbuf.index(st * 4 + k), w_ptrs + 128 * k, eviction_policy=ev)
+    _async_load(sbuf.index(st), s_ptrs, eviction_policy=ev)
 
 
 @gluon.jit
