@@ -1,7 +1,8 @@
 """Device probe: the Gluon cp.async-staged int4 product loop (`gluon_w4m.py`) against the engine's Triton kernel
 on the same packed weights, per product shape, us per call (CUDA-graph replays over L2-busting copies) and the
-fraction of the measured read bandwidth. The Triton kernel is timed with and without PDL (the Gluon probe has no
-PDL: consecutive calls cannot overlap) and loads-only. Correctness: the Gluon partial sums, added over the K slices,
+fraction of the measured read bandwidth. Both kernels are timed under PDL (consecutive calls overlap, as in the
+engine's chain) and, for comparison, without it (the Gluon probe for its first variant only); the Triton kernel also
+loads-only. Correctness: the Gluon partial sums, added over the K slices,
 against the Triton kernel's output (plain x, no residual)."""
 import json, os, sys, time
 import torch

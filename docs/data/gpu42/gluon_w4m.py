@@ -110,7 +110,7 @@ def _g4m_kernel(w_ptr, sz_ptr, op_ptr, ws_ptr, N, NT, NB: gl.constexpr, W: gl.co
     W_STEP: gl.constexpr = W * 512
     S_STEP: gl.constexpr = W * 128
     SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    wbuf = gl.allocate_shared_memory(gl.int32, [S * 4, T, 4], SL)  # shapes must be powers of two: S is
+    wbuf = gl.allocate_shared_memory(gl.int32, [S * 4, T, 4], SL)  # Gluon's shapes are powers of two, so S is too
     sbuf = gl.allocate_shared_memory(gl.int32, [S, T, 4], SL)
     # the first S - 1 tiles in flight before anything else (under PDL: before the wait)
     for j in gl.static_range(S - 1):
@@ -120,7 +120,7 @@ def _g4m_kernel(w_ptr, sz_ptr, op_ptr, ws_ptr, N, NT, NB: gl.constexpr, W: gl.co
     if PDL:  # as the engine's products: the weights need nothing of the previous kernel, the operands do
         gdc_wait()
         gdc_launch_dependents()
-    ob = op_ptr + pid_k * (11 * 128) + (lane * 4)[:, None] + jj[None, :]
+    ob = op_ptr + pid_k * (N_OPS * 128) + (lane * 4)[:, None] + jj[None, :]
     b_a0 = gl.load(ob)
     b_b0 = gl.load(ob + 128)
     b_a1 = gl.load(ob + 256)
