@@ -1,14 +1,14 @@
 """Forty-third session: the batch bench's shape (32-token prompts, 128 tokens each) in a loop, for perf/py-spy.
-Usage: python docs/data/cpu43/bloop.py B REPS   (prints aggregate and decode-only tok/s a repetition)"""
-import sys, time, torch
-from augury.bench.peers.augury_peer import AuguryPeer
-from augury.bench.prompts import batch_prompts
-torch.set_num_threads(2)
+Usage: python docs/data/cpu43/bloop.py B REPS   (prints each repetition's BatchTiming: tokens, total seconds,
+and all_first_s, the time until every sequence had its first token, i.e. the prompts' prefill)"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cpu29"))
+from b8loop import load  # noqa: E402
+
 B = int(sys.argv[1]); N = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-p = AuguryPeer.load("smollm2", device="cpu", dtype="auto", weights="int4", threads=2, max_num_seqs=max(8, B))
-prompts = batch_prompts(p.engine.tokenizer, B, 32)
-p.generate_batch(prompts, 16)
+p, prompts = load(B)
 for rep in range(N):
-    bt = p.generate_batch(prompts, 128)
-    print(f"B={B} {bt}", flush=True)
+    print(f"B={B} {p.generate_batch(prompts, 128)}", flush=True)
 p.close()
