@@ -346,6 +346,17 @@ _W4M_CFGS = {
     "st4_gate_up": {"gate_up": {"stages": 4}},
     "w1st4_o_proj": {"o_proj": {"num_warps": 1, "rows_per_program": 32, "stages": 4}},
     "st4_qkv": {"qkv": {"stages": 4}},
+    # the Gluon-staged product (`gluon_gemv_w4m`): each thread's own cp.async copies, no barrier in the loop; the
+    # forty-fourth session's H100 probe's best (rows, warps, stages) per product, and a second set
+    **{f"gl_{p}": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}}
+       for p, (nb, w, s) in (("gate_up", (896, 4, 8)), ("down", (256, 1, 8)), ("qkv", (128, 2, 4)),
+                             ("o_proj", (64, 1, 4)))},
+    "gl_all": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}
+               for p, (nb, w, s) in (("gate_up", (896, 4, 8)), ("down", (256, 1, 8)), ("qkv", (128, 2, 4)),
+                                     ("o_proj", (64, 1, 4)))},
+    "gl2_all": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}
+                for p, (nb, w, s) in (("gate_up", (448, 4, 4)), ("down", (512, 4, 4)), ("qkv", (128, 2, 4)),
+                                      ("o_proj", (64, 1, 4)))},
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # attention asks the L2 for o_proj's weight lines once its q is in (`paged_decode_attention(l2_warm=...)`)

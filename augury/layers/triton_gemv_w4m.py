@@ -74,6 +74,10 @@ class W4MmaConfig:
     # the weight stream's cache hint: 0 none, 1 not allocated in L1 (`.cg`), 2 evict-first (+7.2% int4 B=1 end to
     # end on an H100, thirty-ninth session); the persistent grid (`persistent` > 0) takes it too
     weight_cache: int = 2
+    # > 0: the product as `gluon_gemv_w4m`'s two launches, its weight stream staged this many tiles deep (2, 4 or
+    # 8) through shared memory by each thread's own cp.async; CUDA with Gluon only, the Triton kernel elsewhere
+    # (under the interpreter, where Gluon does not run) and for launches it does not take (`gluon_gemv_w4m.fits`)
+    gluon: int = 0
 
 
 # each Llama-3-8B product's best in the H200 probe (docs/benchmarks.md, twenty-second session;
@@ -371,7 +375,7 @@ def _w4_mma_kernel(
     NORM_BLOCK: tl.constexpr, EVEN: tl.constexpr, LATE_LAUNCH: tl.constexpr = False, PF: tl.constexpr = 1,
     LOADS_ONLY: tl.constexpr = False, STAGES: tl.constexpr = 1, K_MAJOR: tl.constexpr = False,
     MS: tl.constexpr = 1, MSP: tl.constexpr = 1, MD: tl.constexpr = 1, L2A: tl.constexpr = 0,
-    L2F: tl.constexpr = 0, WC: tl.constexpr = 0,
+    L2F: tl.constexpr = 0, WC: tl.constexpr = 0, op_ptr=None, OPS: tl.constexpr = False,
 ):
     if K_MAJOR:  # a chunk's K slices launch together: chunks finish (and their last program adds) all along
         pid_k = tl.program_id(0)
@@ -419,7 +423,7 @@ def _w4_mma_kernel(
     use = is_a | is_b
     # the inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue
     src = x_ptr
-    if PRO == 3:
+    if PRO == 3 and not OPS:
         # attention's split partials: the block's 256 columns merged at once into this program's scratch row,
         # rounded to the activation dtype as attention stores its output, then every lane loads its own
         # columns from it as from a plain x. The operands must come from 16-byte loads of this shape: the
@@ -430,18 +434,27 @@ def _w4_mma_kernel(
         tl.store(xs + tl.arange(0, 256), _rnd(_x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD), dt).to(dt))
         tl.debug_barrier()  # the row is stored: visible to every thread of the program
         src = xs - pid_k * 256
-    a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
-    a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
-    a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
-    a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
-    inv = 1.0
-    if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
-    v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
-    v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
-    dummy = p0 if STAGES == 1 else tl.zeros([T, 4], dtype=tl.int32)  # the ones-mma's unused words operand
-    b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale = _operands(
-        v0, v1, v2, v3, dummy, is_a, is_b, t, W, ASM)
+    if OPS:  # the operands as `gluon_gemv_w4m._prep_kernel` left them (the CPU check of its buffer's contract)
+        ob = op_ptr + pid_k * (11 * 128) + (lane * 4)[:, None] + jj[None, :]
+        b_a0, b_b0, b_a1, b_b1 = tl.load(ob), tl.load(ob + 128), tl.load(ob + 256), tl.load(ob + 384)
+        b_a2, b_b2, b_a3, b_b3 = tl.load(ob + 512), tl.load(ob + 640), tl.load(ob + 768), tl.load(ob + 896)
+        c_init = tl.load(ob + 1024).to(tl.float32, bitcast=True)
+        xz = tl.load(ob + 1152).to(tl.float32, bitcast=True)
+        # [T, 1], as `_operands` leaves it: the lane's first word (all four hold it)
+        unscale = tl.load(op_ptr + pid_k * (11 * 128) + 1280 + (lane * 4)[:, None]).to(tl.float32, bitcast=True)
+    else:
+        a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
+        a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
+        a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
+        a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
+        inv = 1.0
+        if PRO == 1:
+            inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
+        v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
+        v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
+        dummy = p0 if STAGES == 1 else tl.zeros([T, 4], dtype=tl.int32)  # the ones-mma's unused words operand
+        b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale = _operands(
+            v0, v1, v2, v3, dummy, is_a, is_b, t, W, ASM)
     # where a tile's sums go, [T, 2]: lane t == 0 of each g stores rows g and g + 8, adjacent in the
     # workspace (its PAIRED order: a tile's rows 0, 8, 1, 9, ...)
     out = rt[:, None] * 16 + 2 * g[:, None] + tl.arange(0, 2)[None, :]
@@ -507,11 +520,13 @@ def _w4_mma_kernel(
 
 def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, r: torch.Tensor, y: torch.Tensor,
            n: int, k: int, eps: float, rope_args: tuple, *, pro: int, residual: bool, rope_kv: bool, half: int,
-           cfg: W4MmaConfig | None, pdl: bool, loads_only: bool = False, merge: tuple[int, int] = (1, 1)) -> None:
+           cfg: W4MmaConfig | None, pdl: bool, loads_only: bool = False, merge: tuple[int, int] = (1, 1),
+           ops: torch.Tensor | None = None) -> None:
     """`_w4_mma_kernel` over (row chunks, 256-column blocks); arguments as `triton_gemv._launch` prepares
     them, w and sz as `pack` leaves them. loads_only: a probe of the kernel's memory stream alone (the same
     loads, no products: its output is garbage; benchmarks only). merge: (splits, head width) of PRO_MERGE's
-    partials (`triton_gemv.gemv(merge_ml=...)`)."""
+    partials (`triton_gemv.gemv(merge_ml=...)`). ops: the operands from `gluon_gemv_w4m.prep` instead of
+    the kernel's own (tests of that buffer). cfg.gluon > 0 launches `gluon_gemv_w4m` where it runs."""
     cfg = cfg or default_config(n, k)
     # the lanes' [T, 8] input loads must be 16-byte vectors, which Triton emits only for 16-byte aligned
     # pointers: that is what gives thread i row i of every operand, as the warp shuffles and the mma need
@@ -522,6 +537,16 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         g = g if g.data_ptr() % 16 == 0 else g.clone()
     if pro == 3 and 256 % merge[1]:
         raise ValueError(f"gemv: the mma int4 GEMV merges heads whose width divides 256, got {merge[1]}")
+    if cfg.gluon not in (0, 2, 4, 8):
+        raise ValueError(f"gemv: the mma int4 GEMV's gluon stages are 0 (the Triton kernel), 2, 4 or 8, got {cfg}")
+    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    if cfg.gluon and compiled and not loads_only and ops is None:
+        from augury.layers import gluon_gemv_w4m
+
+        if gluon_gemv_w4m.fits(n, k, cfg, rope_kv, half):
+            gluon_gemv_w4m.launch(x, g, w, sz, r, y, n, k, eps, rope_args, pro=pro, residual=residual,
+                                  rope_kv=rope_kv, half=half, cfg=cfg, pdl=pdl, merge=merge)
+            return
     _, nb = row_chunks(n, cfg, rope_kv, half, pow2=False)
     if nb % (16 * cfg.num_warps):
         raise ValueError(f"gemv: the mma int4 GEMV needs rows_per_program a multiple of 16 x num_warps, got "
@@ -532,7 +557,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         raise ValueError(f"gemv: the mma int4 GEMV prefetches 1 to 4 tiles, got {cfg}")
     grid = (triton.cdiv(n, nb), k // MMA_COLS)
     ws, cnt = _workspace(x.device, grid[1] * n, grid[0])
-    compiled = x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
     opts = {"launch_pdl": True} if pdl else {}
     if cfg.maxnreg and compiled:
         opts["maxnreg"] = cfg.maxnreg
@@ -562,6 +586,6 @@ def launch(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sz: torch.Tensor, 
         PDL=pdl, ASM=compiled, NSPLIT=grid[1], NORM_BLOCK=min(triton.next_power_of_2(k), 4096), EVEN=n % nb == 0,
         LATE_LAUNCH=cfg.late_launch, PF=pf, LOADS_ONLY=loads_only, STAGES=cfg.stages, K_MAJOR=cfg.k_major,
         MS=merge[0], MSP=triton.next_power_of_2(merge[0]), MD=merge[1], L2A=cfg.l2_ahead if cfg.stages == 1 else 0,
-        L2F=cfg.l2_first, WC=cfg.weight_cache,
+        L2F=cfg.l2_first, WC=cfg.weight_cache, op_ptr=ws if ops is None else ops, OPS=ops is not None,
         num_warps=cfg.num_warps, num_stages=1, **opts,
     )
