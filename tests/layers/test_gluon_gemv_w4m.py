@@ -134,6 +134,43 @@ def test_gluon_merges_attention_writes_rope_kv_and_replays_in_a_cuda_graph():
     replays_in_a_cuda_graph(packed, sz, cfg=cfg)
 
 
+_GLUON_PROBE = r"""
+import json, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from augury.layers import gluon_gemv_w4m as G
+
+fn = G._g4m_kernel
+names = fn.arg_names
+ptrs = {"w_ptr": "*i32", "sz_ptr": "*i32", "op_ptr": "*i32", "r_ptr": "*bf16", "y_ptr": "*bf16", "ws_ptr": "*fp32",
+        "cnt_ptr": "*i32", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "kp_ptr": "*bf16", "vp_ptr": "*bf16",
+        "slot_ptr": "*i64"}
+out = {}
+for nb, w, s, res, rope in ((896, 4, 8, False, False), (256, 1, 8, True, False), (128, 2, 4, False, True)):
+    consts = dict(NB=nb, W=w, S=s, WC=2, PDL=True, RESIDUAL=res, ROPE_KV=rope, HALF=64, PP=64, NSPLIT=16)
+    sig = {a: ptrs.get(a, "constexpr" if a in consts else "i32") for a in names}
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ptrs if a != "slot_ptr"}
+    c = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": w, "num_stages": 1})
+    ptx = c.asm["ptx"]
+    out[f"{nb}/{w}/{s}"] = {"cp_async": len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
+                            "mma": ptx.count("mma.sync.aligned.m16n8k16")}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not gluon_gemv_w4m.AVAILABLE, reason="this Triton has no Gluon")
+def test_gluon_kernel_compiles_for_sm90_offline_with_its_copies_and_mmas():
+    """Compiled for sm_90 on this machine (no GPU), for each epilogue: the loop's tile is 5 cp.async copies a
+    thread (each stage of the prologue and the loop issue them: 5 S copies in all) and 16 mmas."""
+    from tests.layers.test_triton_gemv_w4m import _compiled_offline
+
+    for key, f in _compiled_offline(_GLUON_PROBE).items():
+        stages = int(key.split("/")[2])
+        assert f["cp_async"] == 5 * stages and f["mma"] == 16, (key, f)
+
+
 @pytest.mark.skipif(FRESH, reason="this process runs the checks itself")
 def test_in_fresh_process():
     rerun_in_fresh_process(__file__, timeout=900)

@@ -340,7 +340,7 @@ for pro in (0, 1, 2, 3):
     consts = dict(PRO=pro, RESIDUAL=True, ROPE_KV=False, HALF=1, PP=1, NB=128, W=4, PDL=True, ASM=True, NSPLIT=16,
                   NORM_BLOCK=4096, EVEN=True, LATE_LAUNCH=False, PF=1, LOADS_ONLY=False, STAGES=1, K_MAJOR=True,
                   MS=9 if pro == 3 else 1, MSP=16 if pro == 3 else 1, MD=128 if pro == 3 else 1,
-                  L2A=0, L2F=0, WC=2)
+                  L2A=0, L2F=0, WC=2, OPS=False)
     g, lay = ttgir(fn, consts, ptrs, {"x_ptr": "*fp32", "g_ptr": "*fp32"} if pro == 3 else None)
     out[pro] = [lay.get(m, m) for m in re.findall(r"tt\.load .*: tensor<128x8x!tt\.ptr<bf16>, (#\w+)>", g)]
 print(json.dumps(out))
