@@ -7,7 +7,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 # the LM head's shape left out here (its host-side quantization takes a while; the e2e runs keep it on Triton)
-timeout 150 python -m pytest -q -p no:cacheprovider -x tests/layers/test_gluon_gemv_w4m.py -k "not 128256" > $OUT/pytest.txt 2>&1
+timeout ${TEST_S:-150} python -m pytest -q -p no:cacheprovider -x tests/layers/test_gluon_gemv_w4m.py -k "not 128256" > $OUT/pytest.txt 2>&1
 tail -4 $OUT/pytest.txt; ! grep -qE "[0-9]+ (failed|error)" $OUT/pytest.txt || { grep -m8 "^E " $OUT/pytest.txt; echo "tests failed"; exit 1; }
 GL="gate_up:gluon=8,rows_per_program=896,num_warps=4;down:gluon=8,rows_per_program=256,num_warps=1"
 GL="$GL;qkv:gluon=4,rows_per_program=128,num_warps=2;o_proj:gluon=4,rows_per_program=64,num_warps=1"
