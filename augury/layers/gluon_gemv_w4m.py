@@ -4,8 +4,9 @@ Why: the Triton kernel keeps the tiles it has in flight in registers (2 a warp a
 software pipeliner (`W4MmaConfig.stages`) put a whole-program barrier in every loop step and was slower (fortieth
 and forty-first sessions). Here each thread copies its own 16-byte pieces of a tile by cp.async and later reads
 back exactly those bytes, so only its own `cp.async.wait_group` stands between a copy and its use, and the bytes in
-flight are bounded by shared memory (stages x 2.5 KB a warp), not by registers. On an H100 the loop alone read
-1.07x (gate_up) to 1.64x (o_proj) of the Triton kernel per product (forty-fourth session, docs/data/gpu44).
+flight are bounded by shared memory (stages x 2.5 KB a warp), not by registers. On an H100 the loop alone (operands
+precomputed, no finish) read 1.07x (gate_up) to 1.64x (o_proj) of the Triton kernel per product (forty-fourth
+session, docs/data/gpu44/call1).
 
 A product is two launches:
 1. `_prep_kernel` (Triton, one warp a 256-column K slice): the prologue (norm, SiLU-mul or attention's merge) and
@@ -14,11 +15,16 @@ A product is two launches:
 2. `_g4m_kernel` (Gluon): the weight tiles' cp.async copies first (under PDL: before the wait), then the operands'
    loads, the same per-tile math (the same inline PTX) into the split-K workspace in its PAIRED order, and the
    same finish: the last program of a row chunk adds the slices in slice order and applies the epilogue
-   (residual, or rope and the K/V pool writes), so the output is bitwise the Triton kernel's.
+   (residual, or rope and the K/V pool writes).
 
 CUDA only: Gluon has no interpreter, so CI checks the operand buffer's contract on the CPU through the Triton
-kernel's `OPS` mode (`_w4_mma_kernel` fed by `_prep_kernel`), and the CUDA tests check this kernel against the
-Triton one. Opt-in per product: `W4MmaConfig.gluon` = the stages (2, 4 or 8)."""
+kernel's `OPS` mode (`_w4_mma_kernel` fed by `_prep_kernel`) and compiles this kernel for sm_90 offline; the CUDA
+tests check it against the Triton one, within one bf16 rounding step (on the H100 one qkv output was a step off:
+the tile's fp32 math contracts into FMAs differently). Opt-in per product: `W4MmaConfig.gluon` = the stages (2, 4
+or 8). Measured slower in the engine (forty-fourth session, H100): int4 B=1 327.6 / 327.7 against 413.3 / 412.9
+tok/s, the layer chain 91.7-93.3 against 72.2-72.4 us, every product slower in it (qkv +2.1 ... down +14.3 us).
+Where the probe's gain went is not measured yet; what differs from the probe is the prep launch in front of every
+product (a second grid to wait for) and the finish (one-warp programs adding down's 56 slices)."""
 
 from __future__ import annotations
 

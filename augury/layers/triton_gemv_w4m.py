@@ -76,7 +76,10 @@ class W4MmaConfig:
     weight_cache: int = 2
     # > 0: the product as `gluon_gemv_w4m`'s two launches, its weight stream staged this many tiles deep (2, 4 or
     # 8) through shared memory by each thread's own cp.async; CUDA with Gluon only, the Triton kernel elsewhere
-    # (under the interpreter, where Gluon does not run) and for launches it does not take (`gluon_gemv_w4m.fits`)
+    # (under the interpreter, where Gluon does not run) and for launches it does not take (`gluon_gemv_w4m.fits`).
+    # Opt-in, and slower as built: on an H100 (forty-fourth session) the layer chain took 91.7-93.3 against 72.2-72.4
+    # us a layer with all four products on it (each alone: qkv +2.1, o_proj +4.0, gate_up +10.5, down +14.3 us),
+    # int4 B=1 327.6 / 327.7 against 413.3 / 412.9 tok/s, though its loop alone beat the Triton kernel 1.07-1.64x
     gluon: int = 0
 
 

@@ -1,10 +1,13 @@
-"""The Gluon-staged int4 product (`gluon_gemv_w4m`, `W4MmaConfig.gluon`) gives the Triton kernel's bits.
+"""The Gluon-staged int4 product (`gluon_gemv_w4m`, `W4MmaConfig.gluon`) against the Triton kernel.
 
 On the CPU (TRITON_INTERPRET=1, where Gluon does not run) the operand buffer's contract is checked: the Triton
 kernel fed by `_prep_kernel`'s operands (its `OPS` mode) is bitwise its own, with every prologue (none, norm,
-SiLU-mul, attention's merge) and epilogue (residual, rope + K/V writes); and a config asking for Gluon runs the
-Triton kernel there. On a CUDA machine the Gluon kernel itself is checked against the Triton one on the 8B
-layer shapes, with every prologue, under PDL, twice (its counters reset), and in a captured CUDA graph."""
+SiLU-mul, attention's merge) and epilogue (residual, rope + K/V writes); a config asking for Gluon runs the Triton
+kernel there; and the Gluon kernel compiles for sm_90 offline. On a CUDA machine the Gluon kernel itself is checked
+against the Triton one on the 8B shapes with every prologue, twice (its counters reset), with attention's merge and
+rope + K/V, and in a captured CUDA graph. It is not bitwise the Triton kernel: on an H100 (forty-fourth session) one
+qkv output differed by one bf16 rounding step (4.9e-4; the per-tile fp32 math contracts into FMAs differently), so
+these compare within one rounding step of each element (two after rope's rotation)."""
 
 from __future__ import annotations
 
@@ -94,6 +97,14 @@ def test_a_gluon_config_runs_the_triton_kernel_where_gluon_does_not_and_bad_stag
         gemv(x, packed, cfg=M(64, 1, gluon=3), **kw)
 
 
+def _within_roundings(got, ref, steps=1):
+    """Every element within `steps` bf16 rounding steps (at the larger magnitude's exponent) of the reference."""
+    g, r = got.float(), ref.float()
+    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(g.abs(), r.abs()).clamp_min(2.0 ** -126))) - 7)
+    bad = (g - r).abs() > steps * ulp
+    assert not bad.any(), (int(bad.sum()), (g - r).abs().max().item())
+
+
 def _gluon_cfg(n, k):
     base = triton_gemv_w4m.default_config(n, k)
     cls = triton_gemv_w4m.product_class(n, k)
@@ -104,13 +115,13 @@ def _gluon_cfg(n, k):
 @cuda_only
 @pytest.mark.skipif(not gluon_gemv_w4m.AVAILABLE, reason="this Triton has no Gluon")
 @pytest.mark.parametrize("n,k", LLAMA3_8B_SHAPES)  # the layer products and the LM head
-def test_llama3_8b_shapes_gluon_is_bitwise_the_triton_kernel(n, k):
+def test_llama3_8b_shapes_gluon_matches_the_triton_kernel(n, k):
     packed, sz, _ = _int4(n, k, seed=n % 79)
     base, cfg = _gluon_cfg(n, k)
     want = _prologues(n, k, packed, sz, base, seed=9)
     for call in range(2):  # the second call finds the counters the first one reset
-        for got, ref, what in zip(_prologues(n, k, packed, sz, cfg, seed=9), want, ("plain", "norm", "silu")):
-            assert torch.equal(got, ref), (call, what, (got.float() - ref.float()).abs().max().item())
+        for got, ref in zip(_prologues(n, k, packed, sz, cfg, seed=9), want):
+            _within_roundings(got, ref)
 
 
 @cuda_only
@@ -124,14 +135,15 @@ def test_gluon_merges_attention_writes_rope_kv_and_replays_in_a_cuda_graph():
     r = _rand(1, 4096, seed=6, dtype=torch.bfloat16)
     base, cfg = _gluon_cfg(4096, 4096)
     kw = {"scales_zeros": sz, "group_size": 32, "residual": r, "merge_ml": ml}
-    assert torch.equal(gemv(acc, packed, cfg=cfg, **kw), gemv(acc, packed, cfg=base, **kw))
+    _within_roundings(gemv(acc, packed, cfg=cfg, **kw), gemv(acc, packed, cfg=base, **kw))
     H, Hkv, D = 32, 8, 128
     packed, sz, _ = _int4((H + 2 * Hkv) * D, 4096, seed=7)
     base, cfg = _gluon_cfg((H + 2 * Hkv) * D, 4096)
     got = qkv_rope_kv_against_its_parts(packed, sz, 32, H, Hkv, D, 4096, torch.bfloat16, cfg, seed=8)
     want = qkv_rope_kv_against_its_parts(packed, sz, 32, H, Hkv, D, 4096, torch.bfloat16, base, seed=8)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
-    replays_in_a_cuda_graph(packed, sz, cfg=cfg)
+    _within_roundings(got[0], want[0], steps=2)  # q
+    _within_roundings(got[2], want[2], steps=2)  # the K pool with this token's rotated row
+    replays_in_a_cuda_graph(packed, sz, cfg=cfg)  # a replay against the eager Gluon call: bitwise
 
 
 _GLUON_PROBE = r"""
