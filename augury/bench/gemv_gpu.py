@@ -283,6 +283,14 @@ _W4_CFGS = {
 }
 LAYER_VARIANTS.update({f"w4_{k}": _ON | {"attn": 3, "w4cfg": v} for k, v in _W4_CFGS.items()})
 # the tensor-core GEMV's (W4MmaConfig fields)
+# the forty-fourth session's H100 probe's best Gluon launch per product: (rows a program, warps, stages)
+GLUON_BEST = {"gate_up": (896, 4, 8), "down": (256, 1, 8), "qkv": (128, 2, 4), "o_proj": (64, 1, 4)}
+
+
+def _gluon_cfgs(best: dict) -> dict:
+    return {p: {"gluon": s, "rows_per_program": nb, "num_warps": w} for p, (nb, w, s) in best.items()}
+
+
 _W4M_CFGS = {
     "early_all": {p: {"late_launch": False} for p in _LATE}, "late_all": {p: {"late_launch": True} for p in _LATE},
     "pf1_all": {p: {"prefetch": 1} for p in _LATE}, "pf2_all": {p: {"prefetch": 2} for p in _LATE},
@@ -350,15 +358,9 @@ _W4M_CFGS = {
     # forty-fourth session's H100 probe's best (rows, warps, stages) per product, and a second set. In the chain on
     # that H100 all slower than the default's 72.2-72.4 us a layer: gl_all 91.7-93.3, gl2_all 82.6, gl_qkv 74.5,
     # gl_o_proj 76.2, gl_gate_up 82.9, gl_down 86.5
-    **{f"gl_{p}": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}}
-       for p, (nb, w, s) in (("gate_up", (896, 4, 8)), ("down", (256, 1, 8)), ("qkv", (128, 2, 4)),
-                             ("o_proj", (64, 1, 4)))},
-    "gl_all": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}
-               for p, (nb, w, s) in (("gate_up", (896, 4, 8)), ("down", (256, 1, 8)), ("qkv", (128, 2, 4)),
-                                     ("o_proj", (64, 1, 4)))},
-    "gl2_all": {p: {"gluon": s, "rows_per_program": nb, "num_warps": w}
-                for p, (nb, w, s) in (("gate_up", (448, 4, 4)), ("down", (512, 4, 4)), ("qkv", (128, 2, 4)),
-                                      ("o_proj", (64, 1, 4)))},
+    **{f"gl_{p}": {p: c} for p, c in _gluon_cfgs(GLUON_BEST).items()},
+    "gl_all": _gluon_cfgs(GLUON_BEST),
+    "gl2_all": _gluon_cfgs(GLUON_BEST | {"gate_up": (448, 4, 4), "down": (512, 4, 4)}),
 }
 LAYER_VARIANTS.update({f"w4m_{k}": _ON | {"attn": 3, "w4mcfg": v} for k, v in _W4M_CFGS.items()})
 # attention asks the L2 for o_proj's weight lines once its q is in (`paged_decode_attention(l2_warm=...)`)

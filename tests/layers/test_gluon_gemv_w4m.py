@@ -26,8 +26,7 @@ from tests.layers.test_triton_gemv_int4 import _rand, cuda_only, here  # noqa: E
 from tests.layers.test_triton_gemv_w4m import M, _int4  # noqa: E402
 from tests.layers.test_triton_gemv_w4r import LLAMA3_8B_SHAPES  # noqa: E402
 
-# the forty-fourth session's H100 probe's best per product (docs/data/gpu44/call1): rows, warps, stages
-GLUON = {"gate_up": (896, 4, 8), "down": (256, 1, 8), "qkv": (128, 2, 4), "o_proj": (64, 1, 4)}
+from augury.bench.gemv_gpu import GLUON_BEST as GLUON  # noqa: E402  (rows, warps, stages) per product
 
 
 def _prologues(n, k, packed, sz, cfg, seed=1):
