@@ -36,8 +36,8 @@ import triton.language as tl
 
 from augury.layers import triton_gemv_w4m as M
 from augury.layers.int4_layout import MMA_COLS, MMA_ROWS
-from augury.layers.triton_gemv import _norm_inv, _rnd, _rotate_halves, _x_apply, _x_load, _x_merge
-from augury.layers.triton_gemv_w4 import _workspace, row_chunks
+from augury.layers.triton_gemv import _rnd, _rope_kv_store
+from augury.layers.triton_gemv_w4 import _rows_store, _workspace, row_chunks
 
 try:  # Gluon is experimental: a Triton without it (or with another API) keeps the Triton kernel
     from triton.experimental import gluon
@@ -68,30 +68,12 @@ def _prep_kernel(x_ptr, g_ptr, op_ptr, xs_ptr, y_ptr, K, eps, norm_k, PRO: tl.co
     if PDL:  # x (and the norm's row, the merge's partials) belong to the previous kernel until here
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # the product's weight copies need nothing of this kernel
-    dt = y_ptr.dtype.element_ty
     i = tl.arange(0, 32)
     g = i // 4
     t = i % 4
-    is_a = (g == t)[:, None]
-    is_b = (g == t + 4)[:, None]
-    grp = tl.where(g == t, t, t + 4)
-    col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
-    use = is_a | is_b
-    src = x_ptr
-    if PRO == 3:  # the merged slice into a scratch row in the activation dtype, loaded back as a plain x
-        xs = xs_ptr + pid_k * 256
-        tl.store(xs + tl.arange(0, 256), _rnd(_x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD), dt).to(dt))
-        tl.debug_barrier()
-        src = xs - pid_k * 256
-    a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
-    a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
-    a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
-    a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
-    inv = 1.0
-    if PRO == 1:
-        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
-    v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
-    v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
+    is_a, is_b, col0, use = M._lane_roles(g, t, pid_k)
+    v0, v1, v2, v3 = M._slice_inputs(x_ptr, g_ptr, xs_ptr + pid_k * 256, col0, use, pid_k, K, eps, norm_k, PRO,
+                                     NORM_BLOCK, MS, MSP, MD, y_ptr.dtype.element_ty)
     ops = M._operands(v0, v1, v2, v3, tl.zeros([32, 4], dtype=tl.int32), is_a, is_b, t, 1, ASM)
     base = op_ptr + pid_k * (11 * 128) + (i * 4)[:, None] + tl.arange(0, 4)[None, :]
     for j in tl.static_range(8):
@@ -147,7 +129,6 @@ if AVAILABLE:
         if ROPE_KV:
             D: gl.constexpr = 2 * HALF
             p = gl.arange(0, PP, layout=L1)
-            slot = gl.load(slot_ptr).to(gl.int64)
             for hh in gl.static_range(NB // D):
                 head = pid_n * (NB // D) + hh
                 for j0 in gl.static_range(0, HALF, PP):
@@ -155,33 +136,14 @@ if AVAILABLE:
                     ra = head * D + d  # x[j] and its rope partner x[j + D/2]
                     a = _rnd(_slice_sum(ws_ptr, N, ra, ra < N, NSPLIT, L1), dt).to(dt)
                     b = _rnd(_slice_sum(ws_ptr, N, ra + HALF, ra + HALF < N, NSPLIT, L1), dt).to(dt)
-                    c_lo = gl.load(cos_ptr + d).to(gl.float32)
-                    c_hi = gl.load(cos_ptr + HALF + d).to(gl.float32)
-                    s_lo = gl.load(sin_ptr + d).to(gl.float32)
-                    s_hi = gl.load(sin_ptr + HALF + d).to(gl.float32)
-                    r_lo, r_hi = _rotate_halves(a.to(gl.float32), b.to(gl.float32), c_lo, c_hi, s_lo, s_hi, dt)
-                    hv = gl.full([PP], 0, gl.int32, L1) + head
-                    is_q = hv < n_q
-                    is_k = (hv >= n_q) & (hv < n_qk)
-                    is_v = hv >= n_qk
-                    q_dst = y_ptr + head * D + d
-                    gl.store(q_dst, r_lo, mask=is_q)
-                    gl.store(q_dst + HALF, r_hi, mask=is_q)
-                    k_dst = kp_ptr + slot * s_kslot + (head - n_q) * s_kh + d
-                    gl.store(k_dst, r_lo.to(kp_ptr.dtype.element_ty), mask=is_k)
-                    gl.store(k_dst + HALF, r_hi.to(kp_ptr.dtype.element_ty), mask=is_k)
-                    v_dst = vp_ptr + slot * s_vslot + (head - n_qk) * s_vh + d
-                    gl.store(v_dst, a.to(vp_ptr.dtype.element_ty), mask=is_v)
-                    gl.store(v_dst + HALF, b.to(vp_ptr.dtype.element_ty), mask=is_v)
+                    _rope_kv_store(a, b, d, gl.full([PP], 0, gl.int32, L1) + head, head, cos_ptr, sin_ptr, y_ptr,
+                                   kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF)
         else:
             EP: gl.constexpr = NB & -NB
             for piece in gl.static_range(NB // EP):
                 rr = pid_n * NB + piece * EP + gl.arange(0, EP, layout=L1)
                 ok = rr < N
-                y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, L1), dt).to(dt)
-                if RESIDUAL:
-                    y = _rnd(y.to(gl.float32) + gl.load(r_ptr + rr, mask=ok, other=0.0).to(gl.float32), dt).to(dt)
-                gl.store(y_ptr + rr, y, mask=ok)
+                _rows_store(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, L1), rr, ok, r_ptr, y_ptr, RESIDUAL, dt)
 
     @gluon.jit
     def _g4m_kernel(w_ptr, sz_ptr, op_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, N, NT,

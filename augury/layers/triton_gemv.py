@@ -324,21 +324,30 @@ def _rotate_halves(a, b, c_lo, c_hi, s_lo, s_hi, dt: tl.constexpr):
 @triton.jit
 def _rope_kv_epilogue(y, head, j0, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
                       s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF: tl.constexpr, P: tl.constexpr):
-    """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order).
-    q heads: rotated into q_ptr [H * D]; k heads: rotated into the K pool row of this step's
-    slot; v heads: into the V pool as they are. The rotation is `apply_rope`'s
-    x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as eager runs it."""
-    dt = q_ptr.dtype.element_ty
+    """y [2P]: rows j0.. of `head` paired with their partners D/2 further (see the row order), through
+    `_rope_kv_store`."""
     a, b = tl.split(tl.reshape(y, [P, 2]))  # a = x[j], b = x[j + D/2]
+    hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
+    _rope_kv_store(a, b, j0 + tl.arange(0, P), hv, head, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr,
+                   s_kslot, s_kh, s_vslot, s_vh, n_q, n_qk, HALF)
+
+
+@triton.jit
+def _rope_kv_store(a, b, d, hv, head, cos_ptr, sin_ptr, q_ptr, kp_ptr, vp_ptr, slot_ptr, s_kslot, s_kh, s_vslot,
+                   s_vh, n_q, n_qk, HALF: tl.constexpr):
+    """a = x[j], b = x[j + D/2] at rows d of `head` (hv: the head as a vector of their shape). q heads: rotated
+    into q_ptr [H * D]; k heads: rotated into the K pool row of this step's slot; v heads: into the V pool as they
+    are. The rotation is `apply_rope`'s x * cos + roll(x, D/2) * sin_signed with each op rounded to the dtype, as
+    eager runs it. Elementwise ops, loads and stores only, so the Gluon int4 product (`gluon_gemv_w4m`) calls it
+    too."""
+    dt = q_ptr.dtype.element_ty
     a32, b32 = a.to(tl.float32), b.to(tl.float32)
-    d = j0 + tl.arange(0, P)
     c_lo = tl.load(cos_ptr + d).to(tl.float32)
     c_hi = tl.load(cos_ptr + HALF + d).to(tl.float32)
     s_lo = tl.load(sin_ptr + d).to(tl.float32)
     s_hi = tl.load(sin_ptr + HALF + d).to(tl.float32)
     r_lo, r_hi = _rotate_halves(a32, b32, c_lo, c_hi, s_lo, s_hi, dt)
     slot = tl.load(slot_ptr).to(tl.int64)
-    hv = head + tl.zeros([P], dtype=tl.int32)  # the head as a vector: masks of the stores' shape
     is_q = hv < n_q
     is_k = (hv >= n_q) & (hv < n_qk)
     is_v = hv >= n_qk

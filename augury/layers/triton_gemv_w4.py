@@ -258,10 +258,17 @@ def _chunk_epilogue(ws_ptr, r_ptr, y_ptr, N, pid_n, NSPLIT: tl.constexpr, row0, 
         for piece in tl.static_range(NB // EP):
             rr = row0 + piece * EP + tl.arange(0, EP)
             ok = rr < N
-            y = _rnd(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, PAIRED), dt).to(dt)
-            if RESIDUAL:
-                y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
-            tl.store(y_ptr + rr, y, mask=ok)
+            _rows_store(_slice_sum(ws_ptr, N, rr, ok, NSPLIT, PAIRED), rr, ok, r_ptr, y_ptr, RESIDUAL, dt)
+
+
+@triton.jit
+def _rows_store(acc, rr, ok, r_ptr, y_ptr, RESIDUAL: tl.constexpr, dt: tl.constexpr):
+    """A chunk's rows rr from their fp32 sums: rounded to the dtype, plus the residual (rounded again), stored.
+    Elementwise ops, loads and stores only, so the Gluon int4 product (`gluon_gemv_w4m`) calls it too."""
+    y = _rnd(acc, dt).to(dt)
+    if RESIDUAL:
+        y = _rnd(y.to(tl.float32) + tl.load(r_ptr + rr, mask=ok, other=0.0).to(tl.float32), dt).to(dt)
+    tl.store(y_ptr + rr, y, mask=ok)
 
 
 @triton.jit

@@ -369,6 +369,47 @@ def _operands(v0, v1, v2, v3, dummy, is_a, is_b, t, W: tl.constexpr, ASM: tl.con
 
 
 @triton.jit
+def _lane_roles(g, t, pid_k):
+    """The lanes' roles in their K slice's operands (g = lane // 4, t = lane % 4): B's lanes g == t carry group
+    t's 32 inputs (b0), lanes g == t + 4 group t + 4's (b1, divided by 16) -> (is_a, is_b, the first of each
+    lane's columns [T, 8], whether it loads them)."""
+    is_a = (g == t)[:, None]
+    is_b = (g == t + 4)[:, None]
+    grp = tl.where(g == t, t, t + 4)
+    col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
+    return is_a, is_b, col0, is_a | is_b
+
+
+@triton.jit
+def _slice_inputs(x_ptr, g_ptr, xs, col0, use, pid_k, K, eps, norm_k, PRO: tl.constexpr, NORM_BLOCK: tl.constexpr,
+                  MS: tl.constexpr, MSP: tl.constexpr, MD: tl.constexpr, dt: tl.constexpr):
+    """The lanes' inputs of K slice pid_k through the product's prologue -> v0..v3 [T, 8] fp32, the lane's
+    columns col0 + 0-7, 8-15, 16-23, 24-31 (xs: the program's 256-element scratch row, PRO_MERGE only). The
+    inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue."""
+    src = x_ptr
+    if PRO == 3:
+        # attention's split partials: the block's 256 columns merged at once into the scratch row, rounded to
+        # the activation dtype as attention stores its output, then every lane loads its own columns from it as
+        # from a plain x. The operands must come from 16-byte loads of this shape: the warp shuffles
+        # (`_warp_max`) and the mma need thread i to hold row i of every [T, 8] operand, the layout Triton gives
+        # such loads. A gather's result (or fp32 rows, 32 bytes) got another layout, and compiled on the H200
+        # the product was 5.6% off while the interpreter matched
+        tl.store(xs + tl.arange(0, 256), _rnd(_x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD), dt).to(dt))
+        tl.debug_barrier()  # the row is stored: visible to every thread of the program
+        src = xs - pid_k * 256
+    a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
+    a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
+    a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
+    a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
+    inv = 1.0
+    if PRO == 1:
+        inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
+    v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
+    v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
+    return v0, v1, v2, v3
+
+
+@triton.jit
 def _w4_mma_kernel(
     x_ptr, g_ptr, w_ptr, sz_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, xs_ptr,
     N, K, NT, eps, norm_k,
@@ -418,25 +459,7 @@ def _w4_mma_kernel(
         tl.extra.cuda.gdc_wait()  # x, r, the workspace and the counters belong to the previous kernel until here
         if not LATE_LAUNCH:
             tl.extra.cuda.gdc_launch_dependents()
-    # B: lanes g == t carry group t's 32 inputs (b0), lanes g == t + 4 group t + 4's (b1), divided by 16
-    is_a = (g == t)[:, None]
-    is_b = (g == t + 4)[:, None]
-    grp = tl.where(g == t, t, t + 4)
-    col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
-    use = is_a | is_b
-    # the inputs' loads first, then the norm's 1 / rms (its reduction waits at a barrier), then the prologue
-    src = x_ptr
-    if PRO == 3 and not OPS:
-        # attention's split partials: the block's 256 columns merged at once into this program's scratch row,
-        # rounded to the activation dtype as attention stores its output, then every lane loads its own
-        # columns from it as from a plain x. The operands must come from 16-byte loads of this shape: the
-        # warp shuffles (`_warp_max`) and the mma need thread i to hold row i of every [T, 8] operand, the
-        # layout Triton gives such loads. A gather's result (or fp32 rows, 32 bytes) got another layout, and
-        # compiled on the H200 the product was 5.6% off while the interpreter matched
-        xs = xs_ptr + (pid_n * NSPLIT + pid_k) * 256
-        tl.store(xs + tl.arange(0, 256), _rnd(_x_merge(x_ptr, g_ptr, pid_k * 256, K, 256, MS, MSP, MD), dt).to(dt))
-        tl.debug_barrier()  # the row is stored: visible to every thread of the program
-        src = xs - pid_k * 256
+    is_a, is_b, col0, use = _lane_roles(g, t, pid_k)
     if OPS:  # the operands as `gluon_gemv_w4m._prep_kernel` left them (the CPU check of its buffer's contract)
         ob = op_ptr + pid_k * (11 * 128) + (lane * 4)[:, None] + jj[None, :]
         b_a0, b_b0, b_a1, b_b1 = tl.load(ob), tl.load(ob + 128), tl.load(ob + 256), tl.load(ob + 384)
@@ -446,15 +469,8 @@ def _w4_mma_kernel(
         # [T, 1], as `_operands` leaves it: the lane's first word (all four hold it)
         unscale = tl.load(op_ptr + pid_k * (11 * 128) + 1280 + (lane * 4)[:, None]).to(tl.float32, bitcast=True)
     else:
-        a0, e0 = _x_load(src, g_ptr, col0, use, K, PRO)
-        a1, e1 = _x_load(src, g_ptr, col0 + 8, use, K, PRO)
-        a2, e2 = _x_load(src, g_ptr, col0 + 16, use, K, PRO)
-        a3, e3 = _x_load(src, g_ptr, col0 + 24, use, K, PRO)
-        inv = 1.0
-        if PRO == 1:
-            inv = _norm_inv(x_ptr, K, norm_k, eps, NORM_BLOCK)
-        v0, v1 = _x_apply(a0, e0, inv, PRO, dt), _x_apply(a1, e1, inv, PRO, dt)
-        v2, v3 = _x_apply(a2, e2, inv, PRO, dt), _x_apply(a3, e3, inv, PRO, dt)
+        v0, v1, v2, v3 = _slice_inputs(x_ptr, g_ptr, xs_ptr + (pid_n * NSPLIT + pid_k) * 256, col0, use, pid_k, K,
+                                       eps, norm_k, PRO, NORM_BLOCK, MS, MSP, MD, dt)
         dummy = p0 if STAGES == 1 else tl.zeros([T, 4], dtype=tl.int32)  # the ones-mma's unused words operand
         b_a0, b_b0, b_a1, b_b1, b_a2, b_b2, b_a3, b_b3, c_init, xz, unscale = _operands(
             v0, v1, v2, v3, dummy, is_a, is_b, t, W, ASM)

@@ -13,11 +13,12 @@ PTX). The per-slice mma operands (B fragments, accumulator start, zero term, uns
 small Triton kernel that calls the engine's own `_operands` (`prep_operands`), so the product kernel's prologue is
 only their loads: this measures the streaming loop's ceiling, not the norm / SiLU prologues. Output: each K
 slice's partial row sums, in the workspace's PAIRED order ([K / 256, N] fp32), not yet added over slices.
+Since the forty-fourth session the prep kernel, `_issue` and `_mma4` are the engine's (`gluon_gemv_w4m`, which grew
+from this probe); the loop below stays the probe's own (no finish).
 """
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -25,66 +26,17 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy as ac
 
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from augury.layers import triton_gemv_w4m as M
-from augury.layers.triton_gemv import _x_apply, _x_load
+from augury.layers import gluon_gemv_w4m as E, triton_gemv_w4m as M
+from augury.layers.gluon_gemv_w4m import _issue, _mma4
 
-# Triton 3.9 names it async_load; older (the device image's) async_copy_global_to_shared
-_async_load = getattr(ac, "async_load", None) or ac.async_copy_global_to_shared
-_MMA4 = M._MMA4
 _ROW_SUMS = M._ROW_SUMS
-N_OPS = tl.constexpr(11)  # b_a0, b_b0, ..., b_b3, c_init, xz, unscale (each [32 lanes, 4] words)
-
-
-@triton.jit
-def _prep_kernel(x_ptr, op_ptr, K):
-    """One warp a 256-column slice: the engine's operands for a plain x (PRO 0), stored lane-major."""
-    pid_k = tl.program_id(0)
-    i = tl.arange(0, 32)
-    g = i // 4
-    t = i % 4
-    is_a = (g == t)[:, None]
-    is_b = (g == t + 4)[:, None]
-    grp = tl.where(g == t, t, t + 4)
-    col0 = (pid_k * 256 + 32 * grp)[:, None] + tl.arange(0, 8)[None, :]
-    use = is_a | is_b
-    dt = x_ptr.dtype.element_ty
-    a0, e0 = _x_load(x_ptr, x_ptr, col0, use, K, 0)
-    a1, e1 = _x_load(x_ptr, x_ptr, col0 + 8, use, K, 0)
-    a2, e2 = _x_load(x_ptr, x_ptr, col0 + 16, use, K, 0)
-    a3, e3 = _x_load(x_ptr, x_ptr, col0 + 24, use, K, 0)
-    v0, v1 = _x_apply(a0, e0, 1.0, 0, dt), _x_apply(a1, e1, 1.0, 0, dt)
-    v2, v3 = _x_apply(a2, e2, 1.0, 0, dt), _x_apply(a3, e3, 1.0, 0, dt)
-    dummy = tl.zeros([32, 4], dtype=tl.int32)
-    ops = M._operands(v0, v1, v2, v3, dummy, is_a, is_b, t, 1, True)
-    base = op_ptr + pid_k * (N_OPS * 128) + (i * 4)[:, None] + tl.arange(0, 4)[None, :]
-    for j in tl.static_range(8):
-        tl.store(base + j * 128, ops[j])
-    tl.store(base + 8 * 128, ops[8].to(tl.int32, bitcast=True))
-    tl.store(base + 9 * 128, ops[9].to(tl.int32, bitcast=True))
-    tl.store(base + 10 * 128, tl.broadcast_to(ops[10], [32, 4]).to(tl.int32, bitcast=True))
+N_OPS = tl.constexpr(E.N_OPS)  # b_a0, b_b0, ..., b_b3, c_init, xz, unscale (each [32 lanes, 4] words)
 
 
 def prep_operands(x: torch.Tensor) -> torch.Tensor:
-    """x [1, K] bf16 -> [K / 256, N_OPS, 32, 4] int32 (CUDA: the operands' inline PTX)."""
-    k = x.shape[-1]
-    op = torch.empty(k // 256, N_OPS.value, 32, 4, dtype=torch.int32, device=x.device)
-    _prep_kernel[(k // 256,)](x, op, k, num_warps=1)
-    return op
-
-
-@gluon.jit
-def _mma4(words, b0, b1, c):
-    return gl.inline_asm_elementwise(_MMA4, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r,f,f,f,f", [words, b0, b1, c],
-                                     dtype=gl.float32, is_pure=True, pack=4)
-
-
-@gluon.jit
-def _issue(wbuf, sbuf, w_ptrs, s_ptrs, st, WC: gl.constexpr):
-    """A warp's tile into stage st: its four 16-byte weight pieces and its scales' (each thread its own)."""
-    ev: gl.constexpr = "evict_first" if WC == 2 else ""
-    for k in gl.static_range(4):
-        _async_load(wbuf.index(st * 4 + k), w_ptrs + 128 * k, eviction_policy=ev)
-    _async_load(sbuf.index(st), s_ptrs, eviction_policy=ev)
+    """x [1, K] bf16 -> [K / 256, N_OPS, 32, 4] int32: the engine's prep kernel for a plain x (PRO 0), since the
+    forty-fourth session `augury.layers.gluon_gemv_w4m.prep` (this probe's own kernel, moved there)."""
+    return E.prep(x, x, x, x.shape[-1], 0.0, pro=0, pdl=False)
 
 
 @gluon.jit
